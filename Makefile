@@ -1,0 +1,52 @@
+# h3shim: plain make.  Every build switch is documented here.
+#
+#   make                 build/libh3shim.so (release: -O2, no sanitizers)
+#   make check           Check suites on the fake CUDA stack, against the
+#                        sanitized (ASan+UBSan) and the release library
+#   make bench-cpu       per-call interposer overhead on the fake stack
+#   make env-table       the README's table of H3SHIM_* variables
+#
+# Variables:
+#   CUDA_HOME   CUDA toolkit whose headers the wrappers are compiled against
+#               (default: /usr/local/cuda); only headers are used, nothing
+#               is linked.
+#   CC          C compiler (default: cc)
+#   SANITIZE    sanitizer flags for the check build
+#               (default: -fsanitize=address,undefined)
+
+CUDA_HOME ?= /usr/local/cuda
+CUDA_INC  ?= $(CUDA_HOME)/include
+CC        ?= cc
+SANITIZE  ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined
+B         := build
+
+WARN      := -Wall -Wextra -Werror -Wformat=2 -Wmissing-prototypes -Wstrict-prototypes -Wvla
+CSTD      := -std=c11 -D_GNU_SOURCE
+SHIM_CFLAGS := $(CSTD) $(WARN) -O2 -g -fPIC -fvisibility=hidden -isystem $(CUDA_INC) -Ishim
+SHIM_LDFLAGS := -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -Wl,-z,now
+SHIM_LIBS := -ldl -lpthread
+
+SHIM_SRC  := $(wildcard shim/*.c)
+SHIM_HDR  := $(wildcard shim/*.h shim/*.def) shim/exports.map
+
+.PHONY: all check check-asan check-release check-tailjump check-exports bench-cpu env-table clean cuda-headers
+
+all: $(B)/libh3shim.so
+
+cuda-headers:
+	@for h in cuda.h cudaTypedefs.h cuda_runtime_api.h cublasLt.h cublas_v2.h cudnn.h; do \
+	  test -f "$(CUDA_INC)/$$h" || { echo "h3shim: $(CUDA_INC)/$$h not found: set CUDA_HOME to a CUDA 12/13 toolkit with cuDNN headers" >&2; exit 1; }; \
+	done
+
+$(B)/libh3shim.so: $(SHIM_SRC) $(SHIM_HDR) | cuda-headers
+	@mkdir -p $(@D)
+	$(CC) $(SHIM_CFLAGS) $(SHIM_LDFLAGS) -o $@ $(SHIM_SRC) $(SHIM_LIBS)
+
+$(B)/asan/libh3shim.so: $(SHIM_SRC) $(SHIM_HDR) | cuda-headers
+	@mkdir -p $(@D)
+	$(CC) $(SHIM_CFLAGS) -O1 -fno-omit-frame-pointer $(SANITIZE) $(SHIM_LDFLAGS) -o $@ $(SHIM_SRC) $(SHIM_LIBS)
+
+include tests/tests.mk
+
+clean:
+	rm -rf $(B)

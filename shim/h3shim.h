@@ -1,0 +1,337 @@
+/*
+ * h3shim internal umbrella header.
+ *
+ * Every shim/ source file includes this header and nothing else of its own.
+ * Exported symbols are NVIDIA's names (and dlsym) only: everything declared
+ * here is hidden (-fvisibility=hidden), named h3_<subsystem>_<verb>, and no
+ * function here may be called before h3_init() except where its comment says
+ * so.
+ */
+#ifndef H3SHIM_H
+#define H3SHIM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nvapi.h"
+
+#define H3_EXPORT __attribute__((visibility("default")))
+#define H3_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define H3_LIKELY(x) __builtin_expect(!!(x), 1)
+/* For code that can run before the sanitizer runtimes are initialised: the
+ * exported dlsym is called by those runtimes' own start-up. */
+#define H3_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+#define H3_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Internal status codes: failures stay inside the shim (STYLE.md item 7). */
+enum h3_status { H3_OK = 0, H3_ERR_NOTFOUND, H3_ERR_NOMEM, H3_ERR_INVALID, H3_ERR_IO };
+
+/*
+ * Libraries, their sonames (newest first) and the value a wrapper returns when
+ * the real function cannot be found (which only happens when the caller
+ * reached our symbol without the real library being loaded).
+ */
+#define H3_LIB_LIST(X)                                                                        \
+    X(CUDART, "libcudart.so.13", "libcudart.so.12", cudaErrorSharedObjectSymbolNotFound)      \
+    X(CUDA, "libcuda.so.1", NULL, CUDA_ERROR_NOT_FOUND)                                       \
+    X(CUBLASLT, "libcublasLt.so.13", "libcublasLt.so.12", CUBLAS_STATUS_NOT_INITIALIZED)      \
+    X(CUBLAS, "libcublas.so.13", "libcublas.so.12", CUBLAS_STATUS_NOT_INITIALIZED)            \
+    X(CUDNN, "libcudnn.so.9", NULL, CUDNN_STATUS_NOT_INITIALIZED)
+
+enum h3_lib {
+#define H3_X(lib, so1, so2, fail) H3_LIB_##lib,
+    H3_LIB_LIST(H3_X)
+#undef H3_X
+    H3_LIB_COUNT
+};
+
+enum h3_kind { H3_KIND_LAUNCH, H3_KIND_LIBCALL, H3_KIND_PROCADDR };
+
+enum h3_fn {
+#define H3_HOOK(lib, kind, ret, name, params, args, describe) H3_FN_##name,
+#include "hooks.def"
+#undef H3_HOOK
+    H3_FN_COUNT
+};
+
+struct h3_hook_info {
+    const char *name;
+    enum h3_lib lib;
+    enum h3_kind kind;
+};
+extern const struct h3_hook_info h3_hooks[H3_FN_COUNT];
+
+/* ---- config.c ---- */
+
+enum h3_level { H3_LEVEL_WARN = 0, H3_LEVEL_INFO = 1, H3_LEVEL_TRACE = 2 };
+enum h3_format { H3_FORMAT_JSONL = 0, H3_FORMAT_CHROME = 1 };
+
+struct h3_config {
+    bool disable;
+    const char *trace_path;
+    int trace_format;
+    long trace_backtrace;
+    bool stats;
+    int debug_level;
+    const char *debug_subsys;
+    const char *debug_file;
+};
+extern struct h3_config h3_config;
+
+/* Parses every H3SHIM_* variable from `envp` into h3_config; warns on bad values
+ * and unknown names.  Returns the number of problems found.  Called once by
+ * h3_init(); tests call it directly with their own environment. */
+int h3_config_load(char *const *envp);
+/* Logs what h3_config_load() found (values set, problems); after h3_log_setup(). */
+void h3_config_report(void);
+
+/* ---- log.c ---- */
+
+enum h3_subsys {
+    H3_SUB_INIT = 1u << 0,
+    H3_SUB_RESOLVE = 1u << 1,
+    H3_SUB_HOOK = 1u << 2,
+    H3_SUB_DRIVER = 1u << 3,
+    H3_SUB_TRACE = 1u << 4,
+    H3_SUB_CONFIG = 1u << 5,
+    H3_SUB_STATS = 1u << 6,
+    H3_SUB_FORK = 1u << 7,
+    H3_SUB_ALL = 0xffu
+};
+
+extern int h3_log_level;
+extern unsigned h3_log_mask;
+
+/* Sets up the debug log from h3_config (level, subsystems, file). */
+void h3_log_setup(void);
+/* Writes one line "h3shim: ..." with a single write(2).  Use the macros. */
+void h3_log_write(int level, unsigned subsys, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Expands %h (host name) and %p (pid) in `pattern` into `out`. */
+void h3_log_expand_path(const char *pattern, char *out, size_t outlen);
+
+/* The level is tested before the arguments are evaluated. */
+#define H3_LOG(level, subsys, ...)                                                  \
+    do {                                                                            \
+        if (H3_UNLIKELY(h3_log_level >= (level) && (h3_log_mask & (subsys))))       \
+            h3_log_write((level), (subsys), __VA_ARGS__);                           \
+    } while (0)
+#define H3_WARN(subsys, ...) H3_LOG(H3_LEVEL_WARN, subsys, __VA_ARGS__)
+#define H3_INFO(subsys, ...) H3_LOG(H3_LEVEL_INFO, subsys, __VA_ARGS__)
+#define H3_TRACE(subsys, ...) H3_LOG(H3_LEVEL_TRACE, subsys, __VA_ARGS__)
+/* Warns once per call site: each cause is reported once. */
+#define H3_WARN_ONCE(subsys, ...)                                                   \
+    do {                                                                            \
+        static atomic_flag h3__once_ = ATOMIC_FLAG_INIT;                            \
+        if (!atomic_flag_test_and_set(&h3__once_))                                  \
+            H3_WARN(subsys, __VA_ARGS__);                                           \
+    } while (0)
+
+/* ---- init.c ---- */
+
+/* Process state, valid after h3_init(). */
+extern atomic_int h3_state; /* 0 = not initialised, 1 = active, 2 = disabled */
+/* Non-zero while this thread runs shim code or an intercepted call. */
+extern _Thread_local int h3_depth;
+
+/* Idempotent, thread-safe lazy initialisation: reads the configuration, sets
+ * up logging, trace and stats.  Touches no CUDA library. */
+void h3_init(void);
+/* Whether an intercepted call must be observed (traced or counted). */
+extern bool h3_observe;
+
+/* ---- resolve.c ---- */
+
+extern _Atomic(void *) h3_real[H3_FN_COUNT];
+
+/* Finds the real function for `fn` in the copy of its library the process has
+ * already loaded.  Returns NULL when none is loaded.  Thread-safe. */
+void *h3_resolve_fn(enum h3_fn fn);
+/* Finds `name` in the loaded copy of `lib` (not a hooked symbol). */
+void *h3_resolve_sym(enum h3_lib lib, const char *name);
+/* The dlopen(RTLD_NOLOAD) handle of the loaded copy of `lib`, or NULL. */
+void *h3_resolve_handle(enum h3_lib lib);
+/* The soname that `lib` was found under, or NULL. */
+const char *h3_resolve_soname(enum h3_lib lib);
+/* libc's dlsym, for the shim's own lookups.  Safe before h3_init(). */
+void *h3_real_dlsym(void *handle, const char *name);
+/* libc's dlsym itself, for the exported dlsym's tail jump. */
+void *(*h3_real_dlsym_ptr(void))(void *, const char *);
+
+static inline void *h3_real_fn(enum h3_fn fn)
+{
+    void *p = atomic_load_explicit(&h3_real[fn], memory_order_acquire);
+    return H3_LIKELY(p != NULL) ? p : h3_resolve_fn(fn);
+}
+
+/* ---- record.c: call records ---- */
+
+/* What the shim knows about one kernel, cached per handle for the process. */
+struct h3_kernel {
+    const void *key;
+    const char *name;
+    uint32_t nparams;
+    uint32_t param_bytes;
+    uint16_t *param_sizes;
+    atomic_ulong calls;
+};
+
+struct h3_lt_layout {
+    int32_t type, order;
+    uint64_t rows, cols;
+    int64_t ld, batch, stride;
+};
+
+struct h3_lt_desc {
+    int32_t compute, scale, transa, transb, epilogue, bias_type;
+    const void *bias;
+    struct h3_lt_layout a, b, c, d;
+    int64_t m, n, k;
+    size_t workspace;
+    bool have_algo;
+    int32_t algo_id, tile, stages, splitk, reduction, swizzle, custom, cluster, inner;
+};
+
+struct h3_gemm_desc {
+    int32_t transa, transb, atype, btype, ctype, compute;
+    int64_t m, n, k, lda, ldb, ldc, batch;
+};
+
+#define H3_CUDNN_MAX_TENSORS 16
+struct h3_cudnn_desc {
+    int64_t count;
+    int64_t uids[H3_CUDNN_MAX_TENSORS];
+    void *ptrs[H3_CUDNN_MAX_TENSORS];
+    void *workspace;
+};
+
+struct h3_procaddr_desc {
+    const char *symbol;
+    void **pfn;
+    int version;
+    uint64_t flags;
+};
+
+/* One intercepted call. */
+struct h3_call {
+    enum h3_fn fn;
+    bool detail;      /* fill library descriptions (tracing) */
+    bool per_thread;  /* a _ptsz entry point */
+    int device;
+    uint64_t seq;
+    uint64_t t0_ns, t1_ns;
+    const void *stream;
+    const struct h3_kernel *kernel;
+    unsigned grid[3], block[3];
+    unsigned shmem;
+    uint32_t nparams;
+    uint32_t param_bytes;
+    const uint16_t *param_sizes;
+    uint64_t fp;
+    long long result;
+    const char *decision;
+    const char *reason;
+    union {
+        struct h3_lt_desc lt;
+        struct h3_gemm_desc gemm;
+        struct h3_cudnn_desc dnn;
+        struct h3_procaddr_desc pa;
+    } u;
+};
+
+void h3_desc_rt_kernel(struct h3_call *c, cudaKernel_t kernel, dim3 grid, dim3 block, void **args,
+                       size_t shmem, cudaStream_t stream);
+void h3_desc_rt_func(struct h3_call *c, const void *func, dim3 grid, dim3 block, void **args,
+                     size_t shmem, cudaStream_t stream);
+void h3_desc_rt_exc(struct h3_call *c, const cudaLaunchConfig_t *config, const void *func, void **args);
+void h3_desc_drv_launch(struct h3_call *c, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream,
+                        void **params, void **extra);
+void h3_desc_drv_launch_ex(struct h3_call *c, const CUlaunchConfig *config, CUfunction f,
+                           void **params, void **extra);
+void h3_desc_lt_matmul(struct h3_call *c, cublasLtMatmulDesc_t desc, const void *A,
+                       cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
+                       const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+                       cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
+                       void *workspace, size_t workspace_size, cudaStream_t stream);
+void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int64_t m, int64_t n,
+                  int64_t k, const void *A, int at, int64_t lda, const void *B, int bt, int64_t ldb,
+                  const void *C, int ct, int64_t ldc, int compute, int64_t batch);
+void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
+                           cudnnBackendDescriptor_t pack);
+void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int version, uint64_t flags);
+
+/* 64-bit FNV-1a, the fingerprint hash. */
+static inline uint64_t h3_hash(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+#define H3_HASH_SEED 0xcbf29ce484222325ull
+
+/* Number of cached kernels (for stats); calls `fn` for each. */
+void h3_record_each_kernel(void (*fn)(const struct h3_kernel *k, void *arg), void *arg);
+
+/* ---- driver.c ---- */
+
+/* After a real cuGetProcAddress succeeded, replaces *pfn by our wrapper when
+ * it is the real function of an interposed driver entry point. */
+void h3_driver_fix_procaddr(const struct h3_call *c, CUresult r);
+/* The interposed answer to dlsym(handle, name), or NULL to forward. */
+void *h3_driver_dlsym_answer(void *handle, const char *name);
+/* Our wrapper for hooked function `fn` (its exported address). */
+void *h3_driver_wrapper(enum h3_fn fn);
+
+/* ---- trace.c ---- */
+
+/* Opens the trace from h3_config; a failure leaves tracing off with one
+ * warning.  Returns whether tracing is on. */
+bool h3_trace_open(void);
+extern bool h3_trace_on;
+/* Emits one record for a completed call (one write, never torn). */
+void h3_trace_emit(const struct h3_call *c);
+/* Completes the file (closing bracket of the Chrome format). */
+void h3_trace_close(void);
+/* In a fork child: reopens the trace when its path depends on the pid. */
+void h3_trace_after_fork_child(void);
+/* Nanoseconds on CLOCK_MONOTONIC. */
+uint64_t h3_now_ns(void);
+/* This thread's kernel thread id (cached). */
+int h3_tid(void);
+
+/* ---- backtrace.c ---- */
+
+/* Fills up to `max` return addresses of the calling thread; returns the
+ * count, 0 when libunwind is unavailable (reported once). */
+int h3_backtrace(void **frames, int max);
+
+/* ---- stats.c ---- */
+
+void h3_stats_count(const struct h3_call *c);
+/* Prints the table to stderr (called at exit when H3SHIM_STATS=1). */
+void h3_stats_print(void);
+void h3_stats_reset(void);
+
+/* ---- fork.c ---- */
+
+void h3_fork_setup(void);
+
+/* ---- json.c: a small bounded string builder ---- */
+
+struct h3_buf {
+    char *p;
+    size_t len, cap;
+    bool overflow;
+};
+void h3_buf_putc(struct h3_buf *b, char ch);
+void h3_buf_puts(struct h3_buf *b, const char *s);
+void h3_buf_printf(struct h3_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends `s` as a JSON string literal, escaped. */
+void h3_buf_json_str(struct h3_buf *b, const char *s);
+
+#endif /* H3SHIM_H */

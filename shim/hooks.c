@@ -1,0 +1,99 @@
+/*
+ * The exported wrappers, expanded from hooks.def.
+ *
+ * Owns: the table of hook names and the wrapper of every LAUNCH and LIBCALL
+ * entry point (PROCADDR entry points have bodies in driver.c).
+ * Invariants: a wrapper always returns exactly what the real function
+ * returned; it forwards its arguments unchanged; it observes a call only when
+ * the shim is active, the call is not nested inside another intercepted call
+ * of this thread, and something (trace or stats) wants to see it.
+ * Never: allocates on the fast path, or calls into CUDA before forwarding.
+ */
+#include "h3shim.h"
+
+const struct h3_hook_info h3_hooks[H3_FN_COUNT] = {
+#define H3_HOOK(lib, kind, ret, name, params, args, describe) \
+    [H3_FN_##name] = {#name, H3_LIB_##lib, H3_KIND_##kind},
+#include "hooks.def"
+#undef H3_HOOK
+};
+
+/* What a wrapper returns when the real function cannot be found. */
+#define H3_X(lib, so1, so2, fail) static const long long h3_fail_##lib = (long long)(fail);
+H3_LIB_LIST(H3_X)
+#undef H3_X
+
+/*
+ * Starts observing a call.  Returns false when the call must simply be
+ * forwarded: shim disabled, nested inside another intercepted call of this
+ * thread (cuBLAS launching its kernels, the runtime launching through the
+ * driver), or nothing to observe.
+ */
+static inline bool h3_call_begin(struct h3_call *c, enum h3_fn fn)
+{
+    if (H3_UNLIKELY(h3_depth != 0))
+        return false;
+    int state = atomic_load_explicit(&h3_state, memory_order_acquire);
+    if (H3_UNLIKELY(state == 0)) {
+        h3_init();
+        state = atomic_load_explicit(&h3_state, memory_order_acquire);
+    }
+    if (state != 1 || !h3_observe)
+        return false;
+    h3_depth++;
+    __builtin_memset(c, 0, offsetof(struct h3_call, u));
+    c->fn = fn;
+    c->detail = h3_trace_on;
+    c->device = -1;
+    if (c->detail)
+        c->t0_ns = h3_now_ns();
+    return true;
+}
+
+/* Finishes observing a call that h3_call_begin() accepted. */
+static inline void h3_call_end(struct h3_call *c, long long result)
+{
+    c->result = result;
+    c->decision = "passthrough";
+    c->reason = "no_signatures";
+    h3_stats_count(c);
+    if (c->detail) {
+        c->t1_ns = h3_now_ns();
+        h3_trace_emit(c);
+    }
+    h3_depth--;
+}
+
+#define H3_WRAP_LAUNCH(lib, ret, name, params, args, describe)                   \
+    H3_EXPORT ret name params                                                    \
+    {                                                                            \
+        __typeof__(&name) real_ = (__typeof__(&name))h3_real_fn(H3_FN_##name);   \
+        if (H3_UNLIKELY(real_ == NULL))                                          \
+            return (ret)h3_fail_##lib;                                           \
+        struct h3_call call_;                                                    \
+        struct h3_call *c = &call_;                                              \
+        if (H3_LIKELY(!h3_call_begin(c, H3_FN_##name)))                          \
+            return real_ args;                                                   \
+        describe;                                                                \
+        ret r_ = real_ args;                                                     \
+        h3_call_end(c, (long long)r_);                                           \
+        return r_;                                                               \
+    }
+#define H3_WRAP_LIBCALL H3_WRAP_LAUNCH
+#define H3_WRAP_PROCADDR(lib, ret, name, params, args, describe)
+
+#define H3_HOOK(lib, kind, ret, name, params, args, describe) \
+    H3_WRAP_##kind(lib, ret, name, params, args, describe)
+#include "hooks.def"
+#undef H3_HOOK
+
+/* The driver needs the wrappers' addresses to answer cuGetProcAddress. */
+void *h3_driver_wrapper(enum h3_fn fn)
+{
+    static void *const wrappers[H3_FN_COUNT] = {
+#define H3_HOOK(lib, kind, ret, name, params, args, describe) [H3_FN_##name] = (void *)&name,
+#include "hooks.def"
+#undef H3_HOOK
+    };
+    return (unsigned)fn < H3_FN_COUNT ? wrappers[fn] : NULL;
+}

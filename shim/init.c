@@ -1,0 +1,64 @@
+/*
+ * Process-wide state and the one lazy initialisation.
+ *
+ * Owns: h3_state, h3_observe, the thread-local re-entrancy depth, and the
+ * process exit hook.
+ * Invariants: h3_init() is idempotent and thread-safe; it reads the
+ * environment, sets up logging, the trace and fork handling, and touches no
+ * CUDA library.  There is no constructor that does work: the first
+ * intercepted call initialises the shim.
+ * Never: initialises CUDA, or fails in a way that changes what a wrapper
+ * returns.
+ */
+#include "h3shim.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+atomic_int h3_state;
+_Thread_local int h3_depth;
+bool h3_observe;
+
+static pthread_once_t h3_init_once = PTHREAD_ONCE_INIT;
+
+extern char **environ;
+
+static void h3_init_run(void)
+{
+    h3_depth++;
+    h3_config_load(environ);
+    h3_log_setup();
+    h3_config_report();
+    if (h3_config.disable) {
+        H3_INFO(H3_SUB_INIT, "disabled by H3SHIM_DISABLE: pure pass-through");
+        atomic_store_explicit(&h3_state, 2, memory_order_release);
+        h3_depth--;
+        return;
+    }
+    h3_trace_open();
+    h3_observe = h3_trace_on || h3_config.stats;
+    h3_fork_setup();
+    H3_INFO(H3_SUB_INIT, "active: trace %s, stats %s", h3_trace_on ? "on" : "off",
+            h3_config.stats ? "on" : "off");
+    atomic_store_explicit(&h3_state, 1, memory_order_release);
+    h3_depth--;
+}
+
+void h3_init(void)
+{
+    /* A call made by the shim's own initialisation is simply forwarded. */
+    if (h3_depth != 0)
+        return;
+    pthread_once(&h3_init_once, h3_init_run);
+}
+
+/* At exit (or unload): the stats table and the end of the trace. */
+__attribute__((destructor)) static void h3_fini(void)
+{
+    if (atomic_load_explicit(&h3_state, memory_order_acquire) != 1)
+        return;
+    h3_depth++;
+    if (h3_config.stats)
+        h3_stats_print();
+    h3_trace_close();
+}

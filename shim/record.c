@@ -1,0 +1,392 @@
+/*
+ * Call records: what an intercepted call is (kernel, launch configuration,
+ * parameter layout, library description, fingerprint).
+ *
+ * Owns: the process-wide kernel cache (name and parameter layout per kernel
+ * handle, looked up once with cuKernelGetName / cuFuncGetName and
+ * cuKernelGetParamInfo / cuFuncGetParamInfo) and the h3_desc_* describers
+ * named in hooks.def.
+ * Invariants: describers only read; they call NVIDIA getters that neither
+ * submit work nor synchronise, and never fail the call: what cannot be read
+ * is left empty.  The cache is lock-free for readers; an entry, once
+ * published, never changes except for its call counter.
+ * Never: touches device memory, allocates device memory, or synchronises.
+ */
+#include "h3shim.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define H3_KCACHE_SLOTS 8192u
+#define H3_MAX_PARAMS 256u
+
+static _Atomic(struct h3_kernel *) h3_kcache[H3_KCACHE_SLOTS];
+
+/* Real getters, found once in the loaded libraries. */
+#define H3_GETTER(lib, type, name)                                               \
+    static type h3_get_##name(void)                                              \
+    {                                                                            \
+        static _Atomic(void *) p;                                                \
+        void *f = atomic_load_explicit(&p, memory_order_acquire);                \
+        if (f == NULL) {                                                         \
+            f = h3_resolve_sym(H3_LIB_##lib, #name);                             \
+            atomic_store_explicit(&p, f, memory_order_release);                  \
+        }                                                                        \
+        return (type)f;                                                          \
+    }
+H3_GETTER(CUDA, PFN_cuKernelGetName_v12030, cuKernelGetName)
+H3_GETTER(CUDA, PFN_cuFuncGetName_v12030, cuFuncGetName)
+H3_GETTER(CUDA, PFN_cuKernelGetParamInfo_v12040, cuKernelGetParamInfo)
+H3_GETTER(CUDA, PFN_cuFuncGetParamInfo_v12040, cuFuncGetParamInfo)
+H3_GETTER(CUDA, PFN_cuCtxGetDevice_v2000, cuCtxGetDevice)
+H3_GETTER(CUDART, __typeof__(&cudaGetFuncBySymbol), cudaGetFuncBySymbol)
+H3_GETTER(CUBLASLT, __typeof__(&cublasLtMatmulDescGetAttribute), cublasLtMatmulDescGetAttribute)
+H3_GETTER(CUBLASLT, __typeof__(&cublasLtMatrixLayoutGetAttribute), cublasLtMatrixLayoutGetAttribute)
+H3_GETTER(CUBLASLT, __typeof__(&cublasLtMatmulAlgoConfigGetAttribute), cublasLtMatmulAlgoConfigGetAttribute)
+H3_GETTER(CUBLAS, __typeof__(&cublasGetStream_v2), cublasGetStream_v2)
+H3_GETTER(CUDNN, __typeof__(&cudnnBackendGetAttribute), cudnnBackendGetAttribute)
+H3_GETTER(CUDNN, __typeof__(&cudnnGetStream), cudnnGetStream)
+#undef H3_GETTER
+
+/* The device of the current context, for the trace. */
+static void h3_call_device(struct h3_call *c)
+{
+    PFN_cuCtxGetDevice_v2000 gd = h3_get_cuCtxGetDevice();
+    CUdevice dev;
+    if (gd != NULL && gd(&dev) == CUDA_SUCCESS)
+        c->device = (int)dev;
+}
+
+enum h3_handle_kind { H3_HANDLE_KERNEL, H3_HANDLE_FUNC, H3_HANDLE_HOST_STUB };
+
+/* __cxa_demangle, when the process has a C++ runtime loaded. */
+typedef char *(*h3_demangle_fn)(const char *, char *, size_t *, int *);
+
+static char *h3_demangle(const char *mangled)
+{
+    static _Atomic(void *) fnp;
+    static atomic_int looked;
+    if (!atomic_load_explicit(&looked, memory_order_acquire)) {
+        atomic_store_explicit(&fnp, h3_real_dlsym(RTLD_DEFAULT, "__cxa_demangle"), memory_order_release);
+        atomic_store_explicit(&looked, 1, memory_order_release);
+    }
+    h3_demangle_fn f = (h3_demangle_fn)atomic_load_explicit(&fnp, memory_order_acquire);
+    if (f == NULL || mangled == NULL || strncmp(mangled, "_Z", 2) != 0)
+        return NULL;
+    int status = 0;
+    return f(mangled, NULL, NULL, &status);
+}
+
+/* Builds the cache entry of a kernel handle; NULL on allocation failure. */
+static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind kind)
+{
+    struct h3_kernel *k = calloc(1, sizeof(*k));
+    if (k == NULL)
+        return NULL;
+    k->key = key;
+    const char *name = NULL;
+    CUfunction func = NULL;
+    if (kind == H3_HANDLE_HOST_STUB) {
+        __typeof__(&cudaGetFuncBySymbol) get = h3_get_cudaGetFuncBySymbol();
+        cudaFunction_t f = NULL;
+        if (get != NULL && get(&f, key) == cudaSuccess)
+            func = (CUfunction)f;
+    } else if (kind == H3_HANDLE_FUNC) {
+        func = (CUfunction)key;
+    }
+    uint16_t sizes[H3_MAX_PARAMS];
+    uint32_t n = 0, bytes = 0;
+    if (kind == H3_HANDLE_KERNEL) {
+        PFN_cuKernelGetName_v12030 gn = h3_get_cuKernelGetName();
+        PFN_cuKernelGetParamInfo_v12040 gp = h3_get_cuKernelGetParamInfo();
+        if (gn != NULL && gn(&name, (CUkernel)key) != CUDA_SUCCESS)
+            name = NULL;
+        size_t off, size;
+        while (gp != NULL && n < H3_MAX_PARAMS && gp((CUkernel)key, n, &off, &size) == CUDA_SUCCESS) {
+            sizes[n++] = (uint16_t)size;
+            bytes = (uint32_t)(off + size);
+        }
+    } else if (func != NULL) {
+        PFN_cuFuncGetName_v12030 gn = h3_get_cuFuncGetName();
+        PFN_cuFuncGetParamInfo_v12040 gp = h3_get_cuFuncGetParamInfo();
+        if (gn != NULL && gn(&name, func) != CUDA_SUCCESS)
+            name = NULL;
+        size_t off, size;
+        while (gp != NULL && n < H3_MAX_PARAMS && gp(func, n, &off, &size) == CUDA_SUCCESS) {
+            sizes[n++] = (uint16_t)size;
+            bytes = (uint32_t)(off + size);
+        }
+    }
+    char *demangled = h3_demangle(name);
+    k->name = demangled != NULL ? demangled : strdup(name != NULL ? name : "?");
+    k->nparams = n;
+    k->param_bytes = bytes;
+    if (n > 0) {
+        k->param_sizes = malloc(n * sizeof(uint16_t));
+        if (k->param_sizes != NULL)
+            memcpy(k->param_sizes, sizes, n * sizeof(uint16_t));
+        else
+            k->nparams = 0;
+    }
+    return k;
+}
+
+static void h3_kernel_free(struct h3_kernel *k)
+{
+    free((void *)k->name);
+    free(k->param_sizes);
+    free(k);
+}
+
+/* The cached description of a kernel handle; built at first sight. */
+static struct h3_kernel *h3_kernel_get(const void *key, enum h3_handle_kind kind)
+{
+    if (key == NULL)
+        return NULL;
+    uint64_t h = (uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull;
+    for (unsigned i = 0; i < 64; i++) {
+        unsigned slot = (unsigned)((h >> 40) + i) % H3_KCACHE_SLOTS;
+        struct h3_kernel *k = atomic_load_explicit(&h3_kcache[slot], memory_order_acquire);
+        if (k == NULL) {
+            struct h3_kernel *fresh = h3_kernel_build(key, kind);
+            if (fresh == NULL)
+                return NULL;
+            struct h3_kernel *expected = NULL;
+            if (atomic_compare_exchange_strong_explicit(&h3_kcache[slot], &expected, fresh,
+                                                        memory_order_acq_rel, memory_order_acquire))
+                return fresh;
+            h3_kernel_free(fresh);
+            k = expected;
+        }
+        if (k->key == key)
+            return k;
+    }
+    H3_WARN_ONCE(H3_SUB_HOOK, "kernel cache full: further kernels are traced without names");
+    return NULL;
+}
+
+void h3_record_each_kernel(void (*fn)(const struct h3_kernel *k, void *arg), void *arg)
+{
+    for (unsigned i = 0; i < H3_KCACHE_SLOTS; i++) {
+        struct h3_kernel *k = atomic_load_explicit(&h3_kcache[i], memory_order_acquire);
+        if (k != NULL)
+            fn(k, arg);
+    }
+}
+
+/* Fills the fields every launch has, and the fingerprint of its shape. */
+static void h3_desc_launch(struct h3_call *c, struct h3_kernel *k, unsigned gx, unsigned gy,
+                           unsigned gz, unsigned bx, unsigned by, unsigned bz, size_t shmem,
+                           const void *stream)
+{
+    c->kernel = k;
+    c->grid[0] = gx, c->grid[1] = gy, c->grid[2] = gz;
+    c->block[0] = bx, c->block[1] = by, c->block[2] = bz;
+    c->shmem = (unsigned)shmem;
+    c->stream = stream;
+    c->per_thread = strstr(h3_hooks[c->fn].name, "_ptsz") != NULL;
+    if (k != NULL) {
+        atomic_fetch_add_explicit(&((struct h3_kernel *)k)->calls, 1, memory_order_relaxed);
+        c->nparams = k->nparams;
+        c->param_bytes = k->param_bytes;
+        c->param_sizes = k->param_sizes;
+    }
+    if (!c->detail)
+        return;
+    uint64_t h = H3_HASH_SEED;
+    const char *name = k != NULL ? k->name : "?";
+    h = h3_hash(h, name, strlen(name));
+    h = h3_hash(h, c->grid, sizeof(c->grid));
+    h = h3_hash(h, c->block, sizeof(c->block));
+    h = h3_hash(h, &c->shmem, sizeof(c->shmem));
+    if (c->param_sizes != NULL)
+        h = h3_hash(h, c->param_sizes, c->nparams * sizeof(uint16_t));
+    c->fp = h;
+    h3_call_device(c);
+}
+
+void h3_desc_rt_kernel(struct h3_call *c, cudaKernel_t kernel, dim3 grid, dim3 block, void **args,
+                       size_t shmem, cudaStream_t stream)
+{
+    (void)args;
+    h3_desc_launch(c, h3_kernel_get(kernel, H3_HANDLE_KERNEL), grid.x, grid.y, grid.z, block.x,
+                   block.y, block.z, shmem, stream);
+}
+
+void h3_desc_rt_func(struct h3_call *c, const void *func, dim3 grid, dim3 block, void **args,
+                     size_t shmem, cudaStream_t stream)
+{
+    (void)args;
+    h3_desc_launch(c, h3_kernel_get(func, H3_HANDLE_HOST_STUB), grid.x, grid.y, grid.z, block.x,
+                   block.y, block.z, shmem, stream);
+}
+
+void h3_desc_rt_exc(struct h3_call *c, const cudaLaunchConfig_t *config, const void *func, void **args)
+{
+    (void)args;
+    if (config == NULL)
+        return;
+    h3_desc_launch(c, h3_kernel_get(func, H3_HANDLE_HOST_STUB), config->gridDim.x,
+                   config->gridDim.y, config->gridDim.z, config->blockDim.x, config->blockDim.y,
+                   config->blockDim.z, config->dynamicSmemBytes, config->stream);
+}
+
+void h3_desc_drv_launch(struct h3_call *c, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                        unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream,
+                        void **params, void **extra)
+{
+    (void)params, (void)extra;
+    h3_desc_launch(c, h3_kernel_get(f, H3_HANDLE_FUNC), gx, gy, gz, bx, by, bz, shmem, stream);
+}
+
+void h3_desc_drv_launch_ex(struct h3_call *c, const CUlaunchConfig *config, CUfunction f,
+                           void **params, void **extra)
+{
+    (void)params, (void)extra;
+    if (config == NULL)
+        return;
+    h3_desc_launch(c, h3_kernel_get(f, H3_HANDLE_FUNC), config->gridDimX, config->gridDimY,
+                   config->gridDimZ, config->blockDimX, config->blockDimY, config->blockDimZ,
+                   config->sharedMemBytes, config->hStream);
+}
+
+/* Reads one integer attribute of `size` bytes through a cuBLASLt getter;
+ * -1 when it cannot be read. */
+typedef cublasStatus_t (*h3_lt_getter)(const void *obj, int attr, void *buf, size_t size, size_t *written);
+
+static int64_t h3_lt_int(void *getter, const void *obj, int attr, size_t size)
+{
+    if (getter == NULL || obj == NULL)
+        return -1;
+    uint64_t v = 0;
+    size_t written = 0;
+    if (((h3_lt_getter)getter)(obj, attr, &v, size, &written) != CUBLAS_STATUS_SUCCESS)
+        return -1;
+    switch (size) {
+    case 2: return (int16_t)v;
+    case 4: return (int32_t)v;
+    default: return (int64_t)v;
+    }
+}
+
+static void h3_lt_layout(struct h3_lt_layout *l, cublasLtMatrixLayout_t desc)
+{
+    void *g = (void *)h3_get_cublasLtMatrixLayoutGetAttribute();
+    l->type = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_TYPE, 4);
+    l->order = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_ORDER, 4);
+    l->rows = (uint64_t)h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_ROWS, 8);
+    l->cols = (uint64_t)h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_COLS, 8);
+    l->ld = h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_LD, 8);
+    l->batch = h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 4);
+    l->stride = h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 8);
+}
+
+void h3_desc_lt_matmul(struct h3_call *c, cublasLtMatmulDesc_t desc, const void *A,
+                       cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
+                       const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+                       cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
+                       void *workspace, size_t workspace_size, cudaStream_t stream)
+{
+    (void)A, (void)B, (void)C, (void)D, (void)workspace;
+    c->stream = stream;
+    if (!c->detail)
+        return;
+    struct h3_lt_desc *lt = &c->u.lt;
+    memset(lt, 0, sizeof(*lt));
+    void *g = (void *)h3_get_cublasLtMatmulDescGetAttribute();
+    lt->compute = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, 4);
+    lt->scale = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, 4);
+    lt->transa = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_TRANSA, 4);
+    lt->transb = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_TRANSB, 4);
+    lt->epilogue = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_EPILOGUE, 4);
+    lt->bias_type = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, 4);
+    lt->bias = (const void *)(uintptr_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, sizeof(void *));
+    if (lt->bias == (const void *)(uintptr_t)-1)
+        lt->bias = NULL;
+    h3_lt_layout(&lt->a, Adesc);
+    h3_lt_layout(&lt->b, Bdesc);
+    h3_lt_layout(&lt->c, Cdesc);
+    h3_lt_layout(&lt->d, Ddesc);
+    lt->m = (int64_t)lt->d.rows;
+    lt->n = (int64_t)lt->d.cols;
+    lt->k = (int64_t)(lt->transa == CUBLAS_OP_N ? lt->a.cols : lt->a.rows);
+    lt->workspace = workspace_size;
+    if (algo != NULL) {
+        void *ga = (void *)h3_get_cublasLtMatmulAlgoConfigGetAttribute();
+        lt->have_algo = true;
+        lt->algo_id = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_ID, 4);
+        lt->tile = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_TILE_ID, 4);
+        lt->stages = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, 4);
+        lt->splitk = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 4);
+        lt->reduction = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, 4);
+        lt->swizzle = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, 4);
+        lt->custom = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, 4);
+        lt->inner = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, 2);
+        lt->cluster = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2);
+    }
+    uint64_t h = h3_hash(H3_HASH_SEED, "cublasLtMatmul", 14);
+    h = h3_hash(h, &lt->compute, offsetof(struct h3_lt_desc, bias));
+    h = h3_hash(h, &lt->a, sizeof(lt->a) * 4);
+    h = h3_hash(h, &lt->m, sizeof(int64_t) * 3);
+    h = h3_hash(h, &lt->algo_id, sizeof(int32_t) * 9);
+    c->fp = h;
+    h3_call_device(c);
+}
+
+void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int64_t m, int64_t n,
+                  int64_t k, const void *A, int at, int64_t lda, const void *B, int bt, int64_t ldb,
+                  const void *C, int ct, int64_t ldc, int compute, int64_t batch)
+{
+    (void)A, (void)B, (void)C;
+    __typeof__(&cublasGetStream_v2) gs = h3_get_cublasGetStream_v2();
+    cudaStream_t stream = NULL;
+    if (gs != NULL && gs(handle, &stream) == CUBLAS_STATUS_SUCCESS)
+        c->stream = stream;
+    if (!c->detail)
+        return;
+    struct h3_gemm_desc *g = &c->u.gemm;
+    *g = (struct h3_gemm_desc){ta, tb, at, bt, ct, compute, m, n, k, lda, ldb, ldc, batch};
+    uint64_t h = h3_hash(H3_HASH_SEED, h3_hooks[c->fn].name, strlen(h3_hooks[c->fn].name));
+    c->fp = h3_hash(h, g, sizeof(*g));
+    h3_call_device(c);
+}
+
+void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
+                           cudnnBackendDescriptor_t pack)
+{
+    (void)plan;
+    __typeof__(&cudnnGetStream) gs = h3_get_cudnnGetStream();
+    cudaStream_t stream = NULL;
+    if (gs != NULL && gs(handle, &stream) == CUDNN_STATUS_SUCCESS)
+        c->stream = stream;
+    if (!c->detail)
+        return;
+    struct h3_cudnn_desc *d = &c->u.dnn;
+    memset(d, 0, sizeof(*d));
+    __typeof__(&cudnnBackendGetAttribute) ga = h3_get_cudnnBackendGetAttribute();
+    int64_t n = 0, np = 0, nw = 0;
+    if (ga != NULL && pack != NULL) {
+        if (ga(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, H3_CUDNN_MAX_TENSORS, &n,
+               d->uids) != CUDNN_STATUS_SUCCESS)
+            n = 0;
+        if (ga(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, H3_CUDNN_MAX_TENSORS,
+               &np, d->ptrs) != CUDNN_STATUS_SUCCESS)
+            np = 0;
+        if (ga(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &nw, &d->workspace) !=
+            CUDNN_STATUS_SUCCESS)
+            d->workspace = NULL;
+    }
+    d->count = n < np ? n : np;
+    if (d->count > (int64_t)H3_CUDNN_MAX_TENSORS)
+        d->count = H3_CUDNN_MAX_TENSORS;
+    uint64_t h = h3_hash(H3_HASH_SEED, "cudnnBackendExecute", 19);
+    c->fp = h3_hash(h, d->uids, (size_t)d->count * sizeof(int64_t));
+    h3_call_device(c);
+}
+
+void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int version, uint64_t flags)
+{
+    c->u.pa = (struct h3_procaddr_desc){symbol, pfn, version, flags};
+    c->fp = symbol != NULL ? h3_hash(H3_HASH_SEED, symbol, strlen(symbol)) : 0;
+}

@@ -1,0 +1,138 @@
+/*
+ * Statistics (H3SHIM_STATS=1): calls per API and per kernel, decisions and
+ * their reasons, printed as one table to stderr at exit.
+ *
+ * Owns: the per-hook counters and the decision table.
+ * Invariants: counting is lock-free (relaxed atomic adds); the table is
+ * printed once, at exit, in one write per line.
+ */
+#include "h3shim.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static atomic_ulong h3_stat_calls[H3_FN_COUNT];
+static atomic_ulong h3_stat_errors[H3_FN_COUNT];
+
+#define H3_DECISION_SLOTS 64
+struct h3_decision_count {
+    _Atomic(const char *) decision;
+    _Atomic(const char *) reason;
+    atomic_ulong count;
+};
+static struct h3_decision_count h3_decisions[H3_DECISION_SLOTS];
+
+void h3_stats_count(const struct h3_call *c)
+{
+    if (!h3_config.stats)
+        return;
+    atomic_fetch_add_explicit(&h3_stat_calls[c->fn], 1, memory_order_relaxed);
+    if (c->result != 0)
+        atomic_fetch_add_explicit(&h3_stat_errors[c->fn], 1, memory_order_relaxed);
+    /* Decisions and reasons are string literals: compare by address. */
+    for (unsigned i = 0; i < H3_DECISION_SLOTS; i++) {
+        struct h3_decision_count *d = &h3_decisions[i];
+        const char *dec = atomic_load_explicit(&d->decision, memory_order_acquire);
+        if (dec == NULL) {
+            const char *expected = NULL;
+            if (atomic_compare_exchange_strong(&d->reason, &expected, c->reason)) {
+                atomic_store_explicit(&d->decision, c->decision, memory_order_release);
+                dec = c->decision;
+            } else {
+                while ((dec = atomic_load_explicit(&d->decision, memory_order_acquire)) == NULL)
+                    ;
+            }
+        }
+        if (dec == c->decision && atomic_load_explicit(&d->reason, memory_order_relaxed) == c->reason) {
+            atomic_fetch_add_explicit(&d->count, 1, memory_order_relaxed);
+            return;
+        }
+    }
+}
+
+static void h3_stats_reset_kernel(const struct h3_kernel *k, void *arg)
+{
+    (void)arg;
+    atomic_store(&((struct h3_kernel *)k)->calls, 0);
+}
+
+void h3_stats_reset(void)
+{
+    h3_record_each_kernel(h3_stats_reset_kernel, NULL);
+    for (unsigned i = 0; i < H3_FN_COUNT; i++) {
+        atomic_store(&h3_stat_calls[i], 0);
+        atomic_store(&h3_stat_errors[i], 0);
+    }
+    for (unsigned i = 0; i < H3_DECISION_SLOTS; i++)
+        atomic_store(&h3_decisions[i].count, 0);
+}
+
+static void h3_stats_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void h3_stats_line(const char *fmt, ...)
+{
+    char line[512];
+    int n = snprintf(line, sizeof(line), "h3shim: stats %d: ", (int)getpid());
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof(line) - 2)
+        len = sizeof(line) - 2;
+    line[len++] = '\n';
+    ssize_t w = write(2, line, len);
+    (void)w;
+}
+
+struct h3_kernel_row {
+    const struct h3_kernel *k;
+    unsigned long calls;
+};
+struct h3_kernel_rows {
+    struct h3_kernel_row *rows;
+    size_t n, cap;
+};
+
+static void h3_stats_collect(const struct h3_kernel *k, void *arg)
+{
+    struct h3_kernel_rows *r = arg;
+    unsigned long calls = atomic_load_explicit(&((struct h3_kernel *)k)->calls, memory_order_relaxed);
+    if (calls == 0 || r->n == r->cap)
+        return;
+    r->rows[r->n++] = (struct h3_kernel_row){k, calls};
+}
+
+static int h3_stats_by_calls(const void *a, const void *b)
+{
+    const struct h3_kernel_row *x = a, *y = b;
+    return x->calls < y->calls ? 1 : x->calls > y->calls ? -1 : strcmp(x->k->name, y->k->name);
+}
+
+void h3_stats_print(void)
+{
+    h3_stats_line("%-32s %12s %8s", "api", "calls", "errors");
+    for (unsigned i = 0; i < H3_FN_COUNT; i++) {
+        unsigned long calls = atomic_load(&h3_stat_calls[i]);
+        if (calls != 0)
+            h3_stats_line("%-32s %12lu %8lu", h3_hooks[i].name, calls, atomic_load(&h3_stat_errors[i]));
+    }
+    struct h3_kernel_rows r = {calloc(8192, sizeof(struct h3_kernel_row)), 0, 8192};
+    if (r.rows != NULL) {
+        h3_record_each_kernel(h3_stats_collect, &r);
+        qsort(r.rows, r.n, sizeof(r.rows[0]), h3_stats_by_calls);
+        h3_stats_line("%-12s %s", "calls", "kernel");
+        for (size_t i = 0; i < r.n; i++)
+            h3_stats_line("%12lu %.150s", r.rows[i].calls, r.rows[i].k->name);
+        free(r.rows);
+    }
+    h3_stats_line("%-12s %-24s %s", "decision", "reason", "calls");
+    for (unsigned i = 0; i < H3_DECISION_SLOTS; i++) {
+        const char *dec = atomic_load(&h3_decisions[i].decision);
+        unsigned long n = atomic_load(&h3_decisions[i].count);
+        if (dec != NULL && n != 0)
+            h3_stats_line("%-12s %-24s %lu", dec, atomic_load(&h3_decisions[i].reason), n);
+    }
+}

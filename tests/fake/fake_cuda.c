@@ -1,0 +1,97 @@
+/*
+ * Fake libcuda.so.1 (unversioned, like the real driver).  Kernels are
+ * struct fake_kernel; launching one runs its host function.  Built with
+ * -Bsymbolic so that cuGetProcAddress hands out the library's own functions,
+ * as the real driver does.
+ */
+#include "nvapi.h"
+#include "fake.h"
+
+static CUresult run(const void *handle, void **params)
+{
+    struct fake_kernel *k = fake_kernel_lookup(handle);
+    if (k == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    fake_kernel_run(k, params);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuKernelGetName(const char **name, CUkernel k)
+{
+    struct fake_kernel *fk = fake_kernel_lookup(k);
+    if (fk == NULL || name == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = fk->name;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuFuncGetName(const char **name, CUfunction f)
+{
+    return cuKernelGetName(name, (CUkernel)f);
+}
+
+FAKE_EXPORT CUresult cuKernelGetParamInfo(CUkernel k, size_t index, size_t *offset, size_t *size)
+{
+    struct fake_kernel *fk = fake_kernel_lookup(k);
+    if (fk == NULL || index >= fk->nparams)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t off = 0;
+    for (size_t i = 0; i < index; i++)
+        off += fk->sizes[i];
+    *offset = off;
+    *size = fk->sizes[index];
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *offset, size_t *size)
+{
+    return cuKernelGetParamInfo((CUkernel)f, index, offset, size);
+}
+
+FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
+{
+    *dev = 0;
+    return CUDA_SUCCESS;
+}
+
+static const struct {
+    const char *symbol;
+    void *plain, *ptsz;
+} procs[] = {
+    {"cuLaunchKernel", (void *)&cuLaunchKernel, (void *)&cuLaunchKernel_ptsz},
+    {"cuLaunchKernelEx", (void *)&cuLaunchKernelEx, (void *)&cuLaunchKernelEx_ptsz},
+    {"cuGetProcAddress", (void *)&cuGetProcAddress_v2, (void *)&cuGetProcAddress_v2},
+    {"cuKernelGetName", (void *)&cuKernelGetName, (void *)&cuKernelGetName},
+    {"cuFuncGetName", (void *)&cuFuncGetName, (void *)&cuFuncGetName},
+    {"cuCtxGetDevice", (void *)&cuCtxGetDevice, (void *)&cuCtxGetDevice},
+};
+
+static long long fake_behave(const char *fn, void **argp)
+{
+    if (strncmp(fn, "cuGetProcAddress", 16) == 0) {
+        const char *symbol = *(const char **)argp[0];
+        void **pfn = *(void ***)argp[1];
+        cuuint64_t flags = *(cuuint64_t *)argp[3];
+        if (symbol == NULL || pfn == NULL)
+            return CUDA_ERROR_INVALID_VALUE;
+        for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+            if (strcmp(procs[i].symbol, symbol) == 0) {
+                bool legacy_gpa = strcmp(fn, "cuGetProcAddress") == 0 && i == 2;
+                *pfn = legacy_gpa ? (void *)&cuGetProcAddress
+                                  : (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? procs[i].ptsz
+                                                                                            : procs[i].plain;
+                return CUDA_SUCCESS;
+            }
+        }
+        *pfn = NULL;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    if (strcmp(fn, "cuLaunchKernel") == 0 || strcmp(fn, "cuLaunchKernel_ptsz") == 0)
+        return run(*(CUfunction *)argp[0], *(void ***)argp[9]);
+    if (strcmp(fn, "cuLaunchKernelEx") == 0 || strcmp(fn, "cuLaunchKernelEx_ptsz") == 0)
+        return run(*(CUfunction *)argp[1], *(void ***)argp[2]);
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+#define FAKE_LIB_CUDA
+#include "stubs.h"

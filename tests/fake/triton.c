@@ -1,0 +1,32 @@
+/*
+ * libh3faketriton.so: launches the way Triton's launcher does, with
+ * cuLaunchKernelEx looked up by dlsym on a libcuda.so.1 handle.
+ */
+#include <dlfcn.h>
+
+#include "nvapi.h"
+#include "fake.h"
+
+static void triton_kernel_fn(void **params)
+{
+    (void)params;
+}
+static struct fake_kernel triton_kernel;
+
+/* Returns the function dlsym gave, through *found, and the launch result. */
+FAKE_EXPORT int triton_launch(void **found)
+{
+    size_t sizes[2] = {8, 8};
+    fake_kernel_init(&triton_kernel, "triton_poi_fused_add_0", 2, sizes, triton_kernel_fn);
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return -1;
+    PFN_cuLaunchKernelEx_v11060 launch = (PFN_cuLaunchKernelEx_v11060)dlsym(h, "cuLaunchKernelEx");
+    *found = (void *)launch;
+    if (launch == NULL)
+        return -2;
+    uint64_t a = 1, b = 2;
+    void *params[2] = {&a, &b};
+    CUlaunchConfig cfg = {64, 1, 1, 128, 1, 1, 0, NULL, NULL, 0};
+    return (int)launch(&cfg, (CUfunction)&triton_kernel, params, NULL);
+}

@@ -1,0 +1,114 @@
+# Tests: the fake CUDA stack (build/fake/), the Check suites and tools.
+# Included by the top-level Makefile.
+
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
+FAKE_CFLAGS  := $(CSTD) $(WARN) -Wno-missing-prototypes -O1 -g -fPIC -fno-omit-frame-pointer $(SANITIZE) \
+                -isystem $(CUDA_INC) -Ishim -Itests/fake
+FAKE_DIR     := $(B)/fake
+FAKE_HDR     := $(wildcard tests/fake/*.h) shim/hooks.def shim/nvapi.h
+FAKE_RPATH   := -Wl,-rpath,'$$ORIGIN'
+
+# name:soname:version-node (node empty: unversioned, like the real driver)
+FAKE_LIBS := cudart:libcudart.so.13:libcudart.so.13 cuda:libcuda.so.1: \
+             cublasLt:libcublasLt.so.13:libcublasLt.so.13 cublas:libcublas.so.13:libcublas.so.13 \
+             cudnn:libcudnn.so.9:libcudnn.so.9
+fake_soname = $(word 2,$(subst :, ,$(filter $(1):%,$(FAKE_LIBS))))
+fake_node   = $(word 3,$(subst :, ,$(filter $(1):%,$(FAKE_LIBS))))
+FAKE_SOS    := $(foreach l,$(FAKE_LIBS),$(FAKE_DIR)/$(word 2,$(subst :, ,$(l))))
+
+$(FAKE_DIR)/libh3fakelog.so: tests/fake/fakelog.c $(FAKE_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,libh3fakelog.so -o $@ $< -lpthread
+
+define FAKE_RULE
+$(FAKE_DIR)/$(call fake_soname,$(1)): tests/fake/fake_$(1).c $(FAKE_HDR) $(FAKE_DIR)/libh3fakelog.so
+	@mkdir -p $$(@D)
+	$(if $(call fake_node,$(1)),printf '%s { global: *; };\n' $(call fake_node,$(1)) > $(FAKE_DIR)/$(1).map)
+	$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,$(call fake_soname,$(1)) -Wl,-Bsymbolic \
+	  $(if $(call fake_node,$(1)),-Wl$(comma)--version-script=$(FAKE_DIR)/$(1).map) \
+	  -o $$@ $$< -L$(FAKE_DIR) -lh3fakelog -Wl,-rpath,'$$$$ORIGIN' -ldl -lpthread
+endef
+comma := ,
+$(foreach l,$(FAKE_LIBS),$(eval $(call FAKE_RULE,$(word 1,$(subst :, ,$(l))))))
+
+$(FAKE_DIR)/libh3fakeframework.so: tests/fake/framework.c $(FAKE_HDR) $(FAKE_SOS)
+	$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,libh3fakeframework.so -o $@ $< \
+	  -L$(FAKE_DIR) -l:libcudart.so.13 -l:libcuda.so.1 -l:libcublasLt.so.13 -l:libcublas.so.13 \
+	  -l:libcudnn.so.9 -lh3fakelog $(FAKE_RPATH)
+
+$(FAKE_DIR)/libh3faketriton.so: tests/fake/triton.c $(FAKE_HDR) $(FAKE_DIR)/libh3fakelog.so
+	$(CC) $(FAKE_CFLAGS) -shared -o $@ $< -L$(FAKE_DIR) -lh3fakelog $(FAKE_RPATH) -ldl
+
+$(FAKE_DIR)/libh3fakector.so: tests/fake/ctor.c $(FAKE_HDR) $(FAKE_SOS)
+	$(CC) $(FAKE_CFLAGS) -shared -o $@ $< -L$(FAKE_DIR) -l:libcudart.so.13 -lh3fakelog $(FAKE_RPATH)
+
+$(FAKE_DIR)/libh3nexta.so: tests/fake/next_a.c
+	@mkdir -p $(@D)
+	$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,libh3nexta.so -o $@ $< -ldl
+
+$(FAKE_DIR)/libh3nextb.so: tests/fake/next_b.c
+	@mkdir -p $(@D)
+	$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,libh3nextb.so -o $@ $<
+
+FAKE_ALL := $(FAKE_DIR)/libh3fakelog.so $(FAKE_SOS) $(FAKE_DIR)/libh3fakeframework.so \
+            $(FAKE_DIR)/libh3faketriton.so $(FAKE_DIR)/libh3fakector.so \
+            $(FAKE_DIR)/libh3nexta.so $(FAKE_DIR)/libh3nextb.so
+
+fakes: $(FAKE_ALL)
+.PHONY: fakes
+
+# The Check suites: built with sanitizers, run with the shim preloaded.
+UNIT_SRC := $(wildcard tests/unit/*.c)
+$(B)/tests/check_h3shim: $(UNIT_SRC) $(wildcard tests/unit/*.h) $(FAKE_HDR) $(FAKE_DIR)/libh3fakelog.so \
+                         $(FAKE_DIR)/libh3nexta.so $(FAKE_DIR)/libh3nextb.so
+	@mkdir -p $(@D)
+	$(CC) $(FAKE_CFLAGS) -Itests/unit $(CHECK_CFLAGS) -o $@ $(UNIT_SRC) \
+	  -L$(FAKE_DIR) -lh3fakelog -Wl,--no-as-needed -lh3nexta -lh3nextb -Wl,--as-needed -Wl,-rpath,'$$ORIGIN/../fake' $(CHECK_LIBS) -ldl -lpthread
+
+ASAN_RT := $(shell $(CC) -print-file-name=libasan.so)
+# ASan must come first among preloaded objects; detect_leaks is off because
+# fork-mode children exit with objects the fakes keep on purpose.
+CHECK_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+            CK_DEFAULT_TIMEOUT=60
+
+check-asan: $(B)/asan/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL)
+	@echo "== Check suites, sanitized library ($(B)/asan/libh3shim.so)"
+	$(CHECK_ENV) H3TEST_SHIM=$(B)/asan/libh3shim.so LD_PRELOAD="$(ASAN_RT) $(B)/asan/libh3shim.so" \
+	  $(B)/tests/check_h3shim
+
+check-release: $(B)/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL)
+	@echo "== Check suites, release library ($(B)/libh3shim.so)"
+	$(CHECK_ENV) H3TEST_SHIM=$(B)/libh3shim.so LD_PRELOAD="$(ASAN_RT) $(B)/libh3shim.so" \
+	  $(B)/tests/check_h3shim
+
+# The exported dlsym must forward with a tail jump (libc reads the caller's
+# return address for RTLD_NEXT), in the release and the sanitized build.
+check-tailjump: $(B)/libh3shim.so $(B)/asan/libh3shim.so
+	@for so in $^; do \
+	  objdump -d --no-show-raw-insn $$so | awk '/<dlsym>:/{f=1;next} f&&/^$$/{exit} f' > $(B)/dlsym.s; \
+	  grep -qE 'jmp +\*%r' $(B)/dlsym.s || { echo "dlsym in $$so does not tail-jump to libc:"; cat $(B)/dlsym.s; exit 1; }; \
+	done
+	@echo "== dlsym forwards with a tail jump"
+
+# readelf: no CUDA library among the shim's DT_NEEDED; no version node.
+check-exports: $(B)/libh3shim.so
+	@! readelf -d $(B)/libh3shim.so | grep NEEDED | grep -iE 'cuda|cublas|cudnn' || { echo "libh3shim.so links a CUDA library"; exit 1; }
+	@! readelf -V $(B)/libh3shim.so | grep -q 'Version definition' || { echo "libh3shim.so defines a version node"; exit 1; }
+	@echo "== libh3shim.so needs no CUDA library and defines no version node"
+
+check: check-exports check-tailjump check-readme check-asan check-release
+
+$(B)/envtable: tests/tools/envtable.c shim/config.def
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) -Ishim -o $@ $<
+
+env-table: $(B)/envtable
+	@$(B)/envtable
+
+# README.md must carry the table that shim/config.def generates.
+check-readme: $(B)/envtable
+	@$(B)/envtable > $(B)/envtable.md
+	@awk '/<!-- env-table -->/{f=1;next} /<!-- \/env-table -->/{f=0} f' README.md > $(B)/envtable.readme
+	@diff -u $(B)/envtable.readme $(B)/envtable.md || { echo "README.md's variable table is stale: paste \`make env-table\`"; exit 1; }
+	@echo "== README.md's variable table matches shim/config.def"
