@@ -17,25 +17,38 @@ fake_soname = $(word 2,$(subst :, ,$(filter $(1):%,$(FAKE_LIBS))))
 fake_node   = $(word 3,$(subst :, ,$(filter $(1):%,$(FAKE_LIBS))))
 FAKE_SOS    := $(foreach l,$(FAKE_LIBS),$(FAKE_DIR)/$(word 2,$(subst :, ,$(l))))
 
-$(FAKE_DIR)/libh3fakelog.so: tests/fake/fakelog.c $(FAKE_HDR)
-	@mkdir -p $(@D)
-	$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,libh3fakelog.so -o $@ $< -lpthread
-
-define FAKE_RULE
-$(FAKE_DIR)/$(call fake_soname,$(1)): tests/fake/fake_$(1).c $(FAKE_HDR) $(FAKE_DIR)/libh3fakelog.so
+# FAKE_SET(dir, cflags): the whole fake stack built into `dir`.  The tests
+# use a sanitized set (build/fake), the CPU benchmark an optimised one
+# (build/bench/fake).
+define FAKE_SET
+$(1)/libh3fakelog.so: tests/fake/fakelog.c $(FAKE_HDR)
 	@mkdir -p $$(@D)
-	$(if $(call fake_node,$(1)),printf '%s { global: *; };\n' $(call fake_node,$(1)) > $(FAKE_DIR)/$(1).map)
-	$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,$(call fake_soname,$(1)) -Wl,-Bsymbolic \
-	  $(if $(call fake_node,$(1)),-Wl$(comma)--version-script=$(FAKE_DIR)/$(1).map) \
-	  -o $$@ $$< -L$(FAKE_DIR) -lh3fakelog -Wl,-rpath,'$$$$ORIGIN' -ldl -lpthread
+	$$(CC) $(2) -shared -Wl,-soname,libh3fakelog.so -o $$@ $$< -lpthread
+
+$(1)/libh3fakeframework.so: tests/fake/framework.c $(FAKE_HDR) $(foreach l,$(FAKE_LIBS),$(1)/$(word 2,$(subst :, ,$(l))))
+	$$(CC) $(2) -shared -Wl,-soname,libh3fakeframework.so -o $$@ $$< \
+	  -L$(1) -l:libcudart.so.13 -l:libcuda.so.1 -l:libcublasLt.so.13 -l:libcublas.so.13 \
+	  -l:libcudnn.so.9 -lh3fakelog -Wl,-rpath,'$$$$ORIGIN'
+endef
+
+# FAKE_LIB_RULE(dir, cflags, name): one fake CUDA library with its soname
+# and version node.
+define FAKE_LIB_RULE
+$(1)/$(call fake_soname,$(3)): tests/fake/fake_$(3).c $(FAKE_HDR) $(1)/libh3fakelog.so
+	$(if $(call fake_node,$(3)),printf '%s { global: *; };\n' $(call fake_node,$(3)) > $(1)/$(3).map)
+	$$(CC) $(2) -shared -Wl,-soname,$(call fake_soname,$(3)) -Wl,-Bsymbolic \
+	  $(if $(call fake_node,$(3)),-Wl$(comma)--version-script=$(1)/$(3).map) \
+	  -o $$@ $$< -L$(1) -lh3fakelog -Wl,-rpath,'$$$$ORIGIN' -ldl -lpthread
 endef
 comma := ,
-$(foreach l,$(FAKE_LIBS),$(eval $(call FAKE_RULE,$(word 1,$(subst :, ,$(l))))))
+FAKE_NAMES := $(foreach l,$(FAKE_LIBS),$(word 1,$(subst :, ,$(l))))
+$(eval $(call FAKE_SET,$(FAKE_DIR),$(FAKE_CFLAGS)))
+$(foreach l,$(FAKE_NAMES),$(eval $(call FAKE_LIB_RULE,$(FAKE_DIR),$(FAKE_CFLAGS),$(l))))
 
-$(FAKE_DIR)/libh3fakeframework.so: tests/fake/framework.c $(FAKE_HDR) $(FAKE_SOS)
-	$(CC) $(FAKE_CFLAGS) -shared -Wl,-soname,libh3fakeframework.so -o $@ $< \
-	  -L$(FAKE_DIR) -l:libcudart.so.13 -l:libcuda.so.1 -l:libcublasLt.so.13 -l:libcublas.so.13 \
-	  -l:libcudnn.so.9 -lh3fakelog $(FAKE_RPATH)
+BENCH_DIR    := $(B)/bench/fake
+BENCH_CFLAGS := $(CSTD) $(WARN) -Wno-missing-prototypes -O2 -g -fPIC -isystem $(CUDA_INC) -Ishim -Itests/fake
+$(eval $(call FAKE_SET,$(BENCH_DIR),$(BENCH_CFLAGS)))
+$(foreach l,$(FAKE_NAMES),$(eval $(call FAKE_LIB_RULE,$(BENCH_DIR),$(BENCH_CFLAGS),$(l))))
 
 $(FAKE_DIR)/libh3faketriton.so: tests/fake/triton.c $(FAKE_HDR) $(FAKE_DIR)/libh3fakelog.so
 	$(CC) $(FAKE_CFLAGS) -shared -o $@ $< -L$(FAKE_DIR) -lh3fakelog $(FAKE_RPATH) -ldl
@@ -112,3 +125,12 @@ check-readme: $(B)/envtable
 	@awk '/<!-- env-table -->/{f=1;next} /<!-- \/env-table -->/{f=0} f' README.md > $(B)/envtable.readme
 	@diff -u $(B)/envtable.readme $(B)/envtable.md || { echo "README.md's variable table is stale: paste \`make env-table\`"; exit 1; }
 	@echo "== README.md's variable table matches shim/config.def"
+
+# CPU overhead of the interposer per call, tracing off: the optimised fake
+# stack called in a tight loop by the fake framework, with and without the
+# release shim preloaded, alternating, medians (tests/tools/bench_cpu.sh).
+$(B)/bench/bench_cpu: tests/tools/bench_cpu.c $(BENCH_DIR)/libh3fakeframework.so
+	$(CC) $(BENCH_CFLAGS) -o $@ $< -ldl
+
+bench-cpu: $(B)/libh3shim.so $(B)/bench/bench_cpu
+	@sh tests/tools/bench_cpu.sh $(B)/bench/bench_cpu $(B)/libh3shim.so $(BENCH_DIR)

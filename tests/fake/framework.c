@@ -158,3 +158,31 @@ FAKE_EXPORT long long fw_call(const char *name, uint64_t seed, uint64_t *sent, i
             return fw_entries[i].call(seed, sent, nargs);
     return LLONG_MIN;
 }
+
+/*
+ * The CPU benchmark's loop: `n` calls of one entry point with fixed valid
+ * arguments, made from this library (so through its PLT, like a real
+ * framework).  Returns the number of failed calls.
+ */
+FAKE_EXPORT long fw_bench(const char *name, long n)
+{
+    fw_objects_make(1);
+    long failed = 0;
+    if (strcmp(name, "cublasGemmEx") == 0) {
+        float alpha = 1, beta = 0;
+        for (long i = 0; i < n; i++)
+            failed += cublasGemmEx(fw_obj.blas, CUBLAS_OP_T, CUBLAS_OP_N, 64, 64, 64, &alpha, (void *)0x1000,
+                                   CUDA_R_16F, 64, (void *)0x2000, CUDA_R_16F, 64, &beta, (void *)0x3000,
+                                   CUDA_R_16F, 64, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != 0;
+    } else if (strcmp(name, "cuLaunchKernel") == 0) {
+        for (long i = 0; i < n; i++)
+            failed += cuLaunchKernel((CUfunction)&fw_kernel, 1, 1, 1, 32, 1, 1, 0, NULL, fw_obj.params, NULL) != 0;
+    } else if (strcmp(name, "__cudaLaunchKernel") == 0) {
+        dim3 g = {1, 1, 1}, b = {32, 1, 1};
+        for (long i = 0; i < n; i++)
+            failed += __cudaLaunchKernel((cudaKernel_t)&fw_kernel, g, b, fw_obj.params, 0, NULL) != 0;
+    } else {
+        return -1;
+    }
+    return failed;
+}
