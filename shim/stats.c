@@ -105,10 +105,32 @@ static void h3_stats_collect(const struct h3_kernel *k, void *arg)
     r->rows[r->n++] = (struct h3_kernel_row){k, calls};
 }
 
+static int h3_stats_by_name(const void *a, const void *b)
+{
+    const struct h3_kernel_row *x = a, *y = b;
+    return strcmp(x->k->name, y->k->name);
+}
+
 static int h3_stats_by_calls(const void *a, const void *b)
 {
     const struct h3_kernel_row *x = a, *y = b;
     return x->calls < y->calls ? 1 : x->calls > y->calls ? -1 : strcmp(x->k->name, y->k->name);
+}
+
+/* One row per kernel name: a kernel reached through several handles (its
+ * runtime handle, its host stub, its driver function) is counted once. */
+static size_t h3_stats_merge_names(struct h3_kernel_row *rows, size_t n)
+{
+    qsort(rows, n, sizeof(rows[0]), h3_stats_by_name);
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (out > 0 && strcmp(rows[out - 1].k->name, rows[i].k->name) == 0)
+            rows[out - 1].calls += rows[i].calls;
+        else
+            rows[out++] = rows[i];
+    }
+    qsort(rows, out, sizeof(rows[0]), h3_stats_by_calls);
+    return out;
 }
 
 void h3_stats_print(void)
@@ -122,7 +144,7 @@ void h3_stats_print(void)
     struct h3_kernel_rows r = {calloc(8192, sizeof(struct h3_kernel_row)), 0, 8192};
     if (r.rows != NULL) {
         h3_record_each_kernel(h3_stats_collect, &r);
-        qsort(r.rows, r.n, sizeof(r.rows[0]), h3_stats_by_calls);
+        r.n = h3_stats_merge_names(r.rows, r.n);
         h3_stats_line("%-12s %s", "calls", "kernel");
         for (size_t i = 0; i < r.n; i++)
             h3_stats_line("%12lu %.150s", r.rows[i].calls, r.rows[i].k->name);
