@@ -74,6 +74,7 @@ struct h3_config {
     int trace_format;
     long trace_backtrace;
     bool stats;
+    bool trace_params;
     int debug_level;
     const char *debug_subsys;
     const char *debug_file;
@@ -184,6 +185,7 @@ struct h3_lt_layout {
 };
 
 struct h3_lt_desc {
+    const void *A, *B, *C, *D, *workspace_ptr;
     int32_t compute, scale, transa, transb, epilogue, bias_type;
     const void *bias;
     struct h3_lt_layout a, b, c, d;
@@ -194,12 +196,14 @@ struct h3_lt_desc {
 };
 
 struct h3_gemm_desc {
+    const void *A, *B, *C;
     int32_t transa, transb, atype, btype, ctype, compute;
     int64_t m, n, k, lda, ldb, ldc, batch;
 };
 
 #define H3_CUDNN_MAX_TENSORS 16
 struct h3_cudnn_desc {
+    const void *plan;
     int64_t count;
     int64_t uids[H3_CUDNN_MAX_TENSORS];
     void *ptrs[H3_CUDNN_MAX_TENSORS];
@@ -228,6 +232,8 @@ struct h3_call {
     uint32_t nparams;
     uint32_t param_bytes;
     const uint16_t *param_sizes;
+    void **args;  /* launches: pointers to each parameter's value */
+    void **extra; /* driver launches: the packed-buffer form */
     uint64_t fp;
     long long result;
     const char *decision;

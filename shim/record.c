@@ -178,9 +178,11 @@ void h3_record_each_kernel(void (*fn)(const struct h3_kernel *k, void *arg), voi
 /* Fills the fields every launch has, and the fingerprint of its shape. */
 static void h3_desc_launch(struct h3_call *c, struct h3_kernel *k, unsigned gx, unsigned gy,
                            unsigned gz, unsigned bx, unsigned by, unsigned bz, size_t shmem,
-                           const void *stream)
+                           const void *stream, void **args, void **extra)
 {
     c->kernel = k;
+    c->args = args;
+    c->extra = extra;
     c->grid[0] = gx, c->grid[1] = gy, c->grid[2] = gz;
     c->block[0] = bx, c->block[1] = by, c->block[2] = bz;
     c->shmem = (unsigned)shmem;
@@ -209,46 +211,42 @@ static void h3_desc_launch(struct h3_call *c, struct h3_kernel *k, unsigned gx, 
 void h3_desc_rt_kernel(struct h3_call *c, cudaKernel_t kernel, dim3 grid, dim3 block, void **args,
                        size_t shmem, cudaStream_t stream)
 {
-    (void)args;
     h3_desc_launch(c, h3_kernel_get(kernel, H3_HANDLE_KERNEL), grid.x, grid.y, grid.z, block.x,
-                   block.y, block.z, shmem, stream);
+                   block.y, block.z, shmem, stream, args, NULL);
 }
 
 void h3_desc_rt_func(struct h3_call *c, const void *func, dim3 grid, dim3 block, void **args,
                      size_t shmem, cudaStream_t stream)
 {
-    (void)args;
     h3_desc_launch(c, h3_kernel_get(func, H3_HANDLE_HOST_STUB), grid.x, grid.y, grid.z, block.x,
-                   block.y, block.z, shmem, stream);
+                   block.y, block.z, shmem, stream, args, NULL);
 }
 
 void h3_desc_rt_exc(struct h3_call *c, const cudaLaunchConfig_t *config, const void *func, void **args)
 {
-    (void)args;
     if (config == NULL)
         return;
     h3_desc_launch(c, h3_kernel_get(func, H3_HANDLE_HOST_STUB), config->gridDim.x,
                    config->gridDim.y, config->gridDim.z, config->blockDim.x, config->blockDim.y,
-                   config->blockDim.z, config->dynamicSmemBytes, config->stream);
+                   config->blockDim.z, config->dynamicSmemBytes, config->stream, args, NULL);
 }
 
 void h3_desc_drv_launch(struct h3_call *c, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                         unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream,
                         void **params, void **extra)
 {
-    (void)params, (void)extra;
-    h3_desc_launch(c, h3_kernel_get(f, H3_HANDLE_FUNC), gx, gy, gz, bx, by, bz, shmem, stream);
+    h3_desc_launch(c, h3_kernel_get(f, H3_HANDLE_FUNC), gx, gy, gz, bx, by, bz, shmem, stream,
+                   params, extra);
 }
 
 void h3_desc_drv_launch_ex(struct h3_call *c, const CUlaunchConfig *config, CUfunction f,
                            void **params, void **extra)
 {
-    (void)params, (void)extra;
     if (config == NULL)
         return;
     h3_desc_launch(c, h3_kernel_get(f, H3_HANDLE_FUNC), config->gridDimX, config->gridDimY,
                    config->gridDimZ, config->blockDimX, config->blockDimY, config->blockDimZ,
-                   config->sharedMemBytes, config->hStream);
+                   config->sharedMemBytes, config->hStream, params, extra);
 }
 
 /* Reads one integer attribute of `size` bytes through a cuBLASLt getter;
@@ -288,12 +286,12 @@ void h3_desc_lt_matmul(struct h3_call *c, cublasLtMatmulDesc_t desc, const void 
                        cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
                        void *workspace, size_t workspace_size, cudaStream_t stream)
 {
-    (void)A, (void)B, (void)C, (void)D, (void)workspace;
     c->stream = stream;
     if (!c->detail)
         return;
     struct h3_lt_desc *lt = &c->u.lt;
     memset(lt, 0, sizeof(*lt));
+    lt->A = A, lt->B = B, lt->C = C, lt->D = D, lt->workspace_ptr = workspace;
     void *g = (void *)h3_get_cublasLtMatmulDescGetAttribute();
     lt->compute = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, 4);
     lt->scale = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, 4);
@@ -338,7 +336,6 @@ void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int6
                   int64_t k, const void *A, int at, int64_t lda, const void *B, int bt, int64_t ldb,
                   const void *C, int ct, int64_t ldc, int compute, int64_t batch)
 {
-    (void)A, (void)B, (void)C;
     __typeof__(&cublasGetStream_v2) gs = h3_get_cublasGetStream_v2();
     cudaStream_t stream = NULL;
     if (gs != NULL && gs(handle, &stream) == CUBLAS_STATUS_SUCCESS)
@@ -346,16 +343,15 @@ void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int6
     if (!c->detail)
         return;
     struct h3_gemm_desc *g = &c->u.gemm;
-    *g = (struct h3_gemm_desc){ta, tb, at, bt, ct, compute, m, n, k, lda, ldb, ldc, batch};
+    *g = (struct h3_gemm_desc){A, B, C, ta, tb, at, bt, ct, compute, m, n, k, lda, ldb, ldc, batch};
     uint64_t h = h3_hash(H3_HASH_SEED, h3_hooks[c->fn].name, strlen(h3_hooks[c->fn].name));
-    c->fp = h3_hash(h, g, sizeof(*g));
+    c->fp = h3_hash(h, &g->transa, sizeof(*g) - offsetof(struct h3_gemm_desc, transa));
     h3_call_device(c);
 }
 
 void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
                            cudnnBackendDescriptor_t pack)
 {
-    (void)plan;
     __typeof__(&cudnnGetStream) gs = h3_get_cudnnGetStream();
     cudaStream_t stream = NULL;
     if (gs != NULL && gs(handle, &stream) == CUDNN_STATUS_SUCCESS)
@@ -364,6 +360,7 @@ void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackend
         return;
     struct h3_cudnn_desc *d = &c->u.dnn;
     memset(d, 0, sizeof(*d));
+    d->plan = plan;
     __typeof__(&cudnnBackendGetAttribute) ga = h3_get_cudnnBackendGetAttribute();
     int64_t n = 0, np = 0, nw = 0;
     if (ga != NULL && pack != NULL) {

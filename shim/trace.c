@@ -148,6 +148,46 @@ static void h3_put_layout(struct h3_buf *b, const char *key, const struct h3_lt_
                   (long long)l->ld, (long long)l->batch, (long long)l->stride);
 }
 
+static void h3_put_hex(struct h3_buf *b, const void *p, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    h3_buf_putc(b, '"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char byte = ((const unsigned char *)p)[i];
+        h3_buf_putc(b, digits[byte >> 4]);
+        h3_buf_putc(b, digits[byte & 15]);
+    }
+    h3_buf_putc(b, '"');
+}
+
+/* A launch's parameter bytes, one hex string per parameter (or the packed
+ * buffer of the driver's `extra` form), for recording signatures offline. */
+static void h3_trace_params(struct h3_buf *b, const struct h3_call *c)
+{
+    if (c->args != NULL && c->param_sizes != NULL) {
+        h3_buf_puts(b, ",\"params\":[");
+        for (uint32_t i = 0; i < c->nparams; i++) {
+            if (i > 0)
+                h3_buf_putc(b, ',');
+            h3_put_hex(b, c->args[i], c->param_sizes[i]);
+        }
+        h3_buf_putc(b, ']');
+    } else if (c->extra != NULL) {
+        const void *buf = NULL;
+        size_t size = 0;
+        for (void **e = c->extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+            if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+                buf = e[1];
+            else if (e[0] == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1] != NULL)
+                size = *(const size_t *)e[1];
+        }
+        if (buf != NULL && size <= 4096) {
+            h3_buf_puts(b, ",\"param_buffer\":");
+            h3_put_hex(b, buf, size);
+        }
+    }
+}
+
 /* The fields of a record, shared by both formats; `full` adds backtrace. */
 static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full, int name_max)
 {
@@ -170,6 +210,8 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
         for (uint32_t i = 0; i < c->nparams && c->param_sizes != NULL; i++)
             h3_buf_printf(b, i ? ",%u" : "%u", c->param_sizes[i]);
         h3_buf_putc(b, ']');
+        if (h3_config.trace_params)
+            h3_trace_params(b, c);
     }
     switch (c->fn) {
     case H3_FN_cublasLtMatmul: {
@@ -181,6 +223,11 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
                       lt->compute, lt->scale, lt->transa, lt->transb, lt->epilogue, lt->bias_type,
                       (long long)lt->m, (long long)lt->n, (long long)lt->k, lt->workspace);
         h3_put_ptr(b, "bias", lt->bias);
+        h3_put_ptr(b, "A", lt->A);
+        h3_put_ptr(b, "B", lt->B);
+        h3_put_ptr(b, "C", lt->C);
+        h3_put_ptr(b, "D", lt->D);
+        h3_put_ptr(b, "workspace_ptr", lt->workspace_ptr);
         h3_put_layout(b, "a", &lt->a);
         h3_put_layout(b, "b", &lt->b);
         h3_put_layout(b, "c", &lt->c);
@@ -198,7 +245,8 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
     }
     case H3_FN_cudnnBackendExecute: {
         const struct h3_cudnn_desc *d = &c->u.dnn;
-        h3_buf_puts(b, ",\"cudnn\":{\"uids\":[");
+        h3_buf_printf(b, ",\"cudnn\":{\"plan\":\"%#llx\",\"uids\":[",
+                      (unsigned long long)(uintptr_t)d->plan);
         for (int64_t i = 0; i < d->count; i++)
             h3_buf_printf(b, i ? ",%lld" : "%lld", (long long)d->uids[i]);
         h3_buf_puts(b, "],\"ptrs\":[");
@@ -222,10 +270,14 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
             h3_buf_printf(b,
                           ",\"gemm\":{\"transa\":%d,\"transb\":%d,\"atype\":%d,\"btype\":%d,"
                           "\"ctype\":%d,\"compute\":%d,\"m\":%lld,\"n\":%lld,\"k\":%lld,\"lda\":%lld,"
-                          "\"ldb\":%lld,\"ldc\":%lld,\"batch\":%lld}",
+                          "\"ldb\":%lld,\"ldc\":%lld,\"batch\":%lld",
                           g->transa, g->transb, g->atype, g->btype, g->ctype, g->compute,
                           (long long)g->m, (long long)g->n, (long long)g->k, (long long)g->lda,
                           (long long)g->ldb, (long long)g->ldc, (long long)g->batch);
+            h3_put_ptr(b, "A", g->A);
+            h3_put_ptr(b, "B", g->B);
+            h3_put_ptr(b, "C", g->C);
+            h3_buf_putc(b, '}');
         }
         break;
     }

@@ -101,6 +101,9 @@ START_TEST(jsonl_records_have_the_fields)
     char a[512];
     ck_assert(t_json_get(mm, strlen(mm), "a", a, sizeof(a)));
     expect_field(a, "ld", "2048");
+    static const char *const ptrs[] = {"A", "B", "C", "D", "bias", "workspace_ptr"};
+    for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++)
+        expect_field(mm, ptrs[i], NULL);
 
     line_with(text, "cudnnBackendExecute", rec, sizeof(rec));
     char dnn[2048];
@@ -110,10 +113,33 @@ START_TEST(jsonl_records_have_the_fields)
     expect_field(dnn, "workspace", "\"0x5000\"");
 
     line_with(text, "cublasGemmEx", rec, sizeof(rec));
-    expect_field(rec, "gemm", NULL);
+    char gemm[2048];
+    ck_assert(t_json_get(rec, strlen(rec), "gemm", gemm, sizeof(gemm)));
+    expect_field(gemm, "A", NULL);
+    expect_field(gemm, "batch", "1");
     line_with(text, "cuGetProcAddress_v2", rec, sizeof(rec));
     expect_field(rec, "symbol", "\"cuLaunchKernel\"");
     expect_field(rec, "decision", "\"interposed\"");
+    free(text);
+}
+END_TEST
+
+START_TEST(params_are_dumped_on_request)
+{
+    char *trace = t_path("trace.jsonl");
+    setenv("H3SHIM_TRACE", trace, 1);
+    setenv("H3SHIM_TRACE_PARAMS", "1", 1);
+    t_call("__cudaLaunchKernel", 77);
+    char *text = t_read_file(trace, NULL);
+    ck_assert_uint_eq(check_lines(text), 1);
+    char params[512];
+    ck_assert(t_json_get(text, strlen(text) - 1, "params", params, sizeof(params)));
+    /* The framework's kernel takes 8, 4 and 16 bytes: 16, 8 and 32 hex digits. */
+    char p0[64], p1[64], p2[64];
+    ck_assert_msg(sscanf(params, "[\"%63[0-9a-f]\",\"%63[0-9a-f]\",\"%63[0-9a-f]\"]", p0, p1, p2) == 3, "%s", params);
+    ck_assert_uint_eq(strlen(p0), 16);
+    ck_assert_uint_eq(strlen(p1), 8);
+    ck_assert_uint_eq(strlen(p2), 32);
     free(text);
 }
 END_TEST
@@ -266,6 +292,7 @@ Suite *t_suite_trace(void)
     tcase_add_checked_fixture(tc, t_setup, t_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, jsonl_records_have_the_fields);
+    tcase_add_test(tc, params_are_dumped_on_request);
     tcase_add_test(tc, many_threads_one_line_per_call);
     tcase_add_test(tc, fork_child_gets_its_own_trace);
     tcase_add_test(tc, chrome_format_is_one_json_array);
