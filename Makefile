@@ -10,19 +10,23 @@
 #   CUDA_HOME   CUDA toolkit whose headers the wrappers are compiled against
 #               (default: /usr/local/cuda); only headers are used, nothing
 #               is linked.
+#   CUDNN_INC   directory of cudnn.h when the toolkit has none (default: the
+#               include directory of the nvidia-cudnn Python wheel, if any)
 #   CC          C compiler (default: cc)
 #   SANITIZE    sanitizer flags for the check build
 #               (default: -fsanitize=address,undefined)
 
 CUDA_HOME ?= /usr/local/cuda
 CUDA_INC  ?= $(CUDA_HOME)/include
+CUDNN_INC ?= $(if $(wildcard $(CUDA_INC)/cudnn.h),,$(shell python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "include"))' 2>/dev/null))
 CC        ?= cc
 SANITIZE  ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined
 B         := build
 
 WARN      := -Wall -Wextra -Werror -Wformat=2 -Wmissing-prototypes -Wstrict-prototypes -Wvla
 CSTD      := -std=c11 -D_GNU_SOURCE
-SHIM_CFLAGS := $(CSTD) $(WARN) -O2 -g -fPIC -fvisibility=hidden -isystem $(CUDA_INC) -Ishim
+CUDA_CFLAGS := -isystem $(CUDA_INC) $(if $(CUDNN_INC),-isystem $(CUDNN_INC))
+SHIM_CFLAGS := $(CSTD) $(WARN) -O2 -g -fPIC -fvisibility=hidden $(CUDA_CFLAGS) -Ishim
 SHIM_LDFLAGS := -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -Wl,-z,now
 SHIM_LIBS := -ldl -lpthread
 
@@ -35,7 +39,7 @@ all: $(B)/libh3shim.so
 
 cuda-headers:
 	@for h in cuda.h cudaTypedefs.h cuda_runtime_api.h cublasLt.h cublas_v2.h cudnn.h; do \
-	  test -f "$(CUDA_INC)/$$h" || { echo "h3shim: $(CUDA_INC)/$$h not found: set CUDA_HOME to a CUDA 12/13 toolkit with cuDNN headers" >&2; exit 1; }; \
+	  test -f "$(CUDA_INC)/$$h" || test -f "$(CUDNN_INC)/$$h" || { echo "h3shim: $$h not found in $(CUDA_INC) $(CUDNN_INC): set CUDA_HOME to a CUDA 12/13 toolkit, and CUDNN_INC to cuDNN's headers" >&2; exit 1; }; \
 	done
 
 $(B)/libh3shim.so: $(SHIM_SRC) $(SHIM_HDR) | cuda-headers

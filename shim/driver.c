@@ -126,6 +126,9 @@ static void h3_driver_after_procaddr(enum h3_fn self, const char *symbol, void *
      * Only top-level lookups are observed. */
     if (!h3_observe || h3_depth != 0)
         return;
+    /* Runtimes look up hundreds of driver functions at start-up; only the
+     * lookups of interposed names are worth a record (stats count all). */
+    bool recorded = strcmp(decision, "interposed") == 0 || strcmp(reason, "unknown_variant") == 0;
     struct h3_call c;
     memset(&c, 0, sizeof(c));
     c.fn = self;
@@ -137,7 +140,7 @@ static void h3_driver_after_procaddr(enum h3_fn self, const char *symbol, void *
     c.decision = decision;
     c.reason = reason;
     h3_stats_count(&c);
-    if (c.detail)
+    if (c.detail && recorded)
         h3_trace_emit(&c);
 }
 

@@ -68,7 +68,12 @@ static char *h3_demangle(const char *mangled)
     static _Atomic(void *) fnp;
     static atomic_int looked;
     if (!atomic_load_explicit(&looked, memory_order_acquire)) {
-        atomic_store_explicit(&fnp, h3_real_dlsym(RTLD_DEFAULT, "__cxa_demangle"), memory_order_release);
+        /* PyTorch loads the C++ runtime into a local scope: ask its copy. */
+        void *f = h3_real_dlsym(RTLD_DEFAULT, "__cxa_demangle");
+        void *cxx = f == NULL ? dlopen("libstdc++.so.6", RTLD_NOLOAD | RTLD_LAZY) : NULL;
+        if (cxx != NULL)
+            f = h3_real_dlsym(cxx, "__cxa_demangle");
+        atomic_store_explicit(&fnp, f, memory_order_release);
         atomic_store_explicit(&looked, 1, memory_order_release);
     }
     h3_demangle_fn f = (h3_demangle_fn)atomic_load_explicit(&fnp, memory_order_acquire);

@@ -4,7 +4,7 @@
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
 FAKE_CFLAGS  := $(CSTD) $(WARN) -Wno-missing-prototypes -O1 -g -fPIC -fno-omit-frame-pointer $(SANITIZE) \
-                -isystem $(CUDA_INC) -Ishim -Itests/fake
+                $(CUDA_CFLAGS) -Ishim -Itests/fake
 FAKE_DIR     := $(B)/fake
 FAKE_HDR     := $(wildcard tests/fake/*.h) shim/hooks.def shim/nvapi.h
 FAKE_RPATH   := -Wl,-rpath,'$$ORIGIN'
@@ -46,7 +46,7 @@ $(eval $(call FAKE_SET,$(FAKE_DIR),$(FAKE_CFLAGS)))
 $(foreach l,$(FAKE_NAMES),$(eval $(call FAKE_LIB_RULE,$(FAKE_DIR),$(FAKE_CFLAGS),$(l))))
 
 BENCH_DIR    := $(B)/bench/fake
-BENCH_CFLAGS := $(CSTD) $(WARN) -Wno-missing-prototypes -O2 -g -fPIC -isystem $(CUDA_INC) -Ishim -Itests/fake
+BENCH_CFLAGS := $(CSTD) $(WARN) -Wno-missing-prototypes -O2 -g -fPIC $(CUDA_CFLAGS) -Ishim -Itests/fake
 $(eval $(call FAKE_SET,$(BENCH_DIR),$(BENCH_CFLAGS)))
 $(foreach l,$(FAKE_NAMES),$(eval $(call FAKE_LIB_RULE,$(BENCH_DIR),$(BENCH_CFLAGS),$(l))))
 
