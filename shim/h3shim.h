@@ -204,6 +204,7 @@ struct h3_gemm_desc {
 #define H3_CUDNN_MAX_TENSORS 16
 struct h3_cudnn_desc {
     const void *plan;
+    int status; /* of reading the variant pack */
     int64_t count;
     int64_t uids[H3_CUDNN_MAX_TENSORS];
     void *ptrs[H3_CUDNN_MAX_TENSORS];

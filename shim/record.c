@@ -369,11 +369,18 @@ void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackend
     __typeof__(&cudnnBackendGetAttribute) ga = h3_get_cudnnBackendGetAttribute();
     int64_t n = 0, np = 0, nw = 0;
     if (ga != NULL && pack != NULL) {
-        if (ga(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, H3_CUDNN_MAX_TENSORS, &n,
-               d->uids) != CUDNN_STATUS_SUCCESS)
+        /* Ask for the count first, then for exactly that many elements. */
+        int64_t want = 0;
+        d->status = ga(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 0, &want, NULL);
+        if (d->status != CUDNN_STATUS_SUCCESS)
+            want = 0;
+        if (want > (int64_t)H3_CUDNN_MAX_TENSORS)
+            want = H3_CUDNN_MAX_TENSORS;
+        if (want <= 0 || ga(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, want, &n, d->uids) !=
+                             CUDNN_STATUS_SUCCESS)
             n = 0;
-        if (ga(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, H3_CUDNN_MAX_TENSORS,
-               &np, d->ptrs) != CUDNN_STATUS_SUCCESS)
+        if (want <= 0 || ga(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, want, &np,
+                            d->ptrs) != CUDNN_STATUS_SUCCESS)
             np = 0;
         if (ga(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &nw, &d->workspace) !=
             CUDNN_STATUS_SUCCESS)

@@ -98,6 +98,12 @@ FAKE_EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t cons
     const struct fake_pack *p = (const struct fake_pack *)d;
     if (p == NULL || p->magic != FAKE_CUDNN_MAGIC || count == NULL)
         return CUDNN_STATUS_BAD_PARAM;
+    if (requested == 0 && buf == NULL && name != CUDNN_ATTR_VARIANT_PACK_WORKSPACE) {
+        *count = p->n; /* the count query */
+        return CUDNN_STATUS_SUCCESS;
+    }
+    if (buf == NULL)
+        return CUDNN_STATUS_BAD_PARAM;
     int64_t n = requested < p->n ? requested : p->n;
     if (name == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS && type == CUDNN_TYPE_INT64) {
         memcpy(buf, p->uids, (size_t)n * 8);
