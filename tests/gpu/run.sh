@@ -47,38 +47,9 @@ else
     trap 'rm -rf "$work"' EXIT
 fi
 
-# Prints a make argument CUDA_INC=DIR when the default toolkit lacks a header
-# the shim needs and neither CUDA_HOME nor CUDA_INC is set: DIR then merges the
-# include directories of PyTorch's own nvidia wheels, the very libraries the
-# shim interposes.
-wheel_headers() {
-    local need=(cuda.h cudaTypedefs.h cuda_runtime_api.h cublasLt.h cublas_v2.h cudnn.h) h dir entry
-    [[ -n ${CUDA_HOME:-}${CUDA_INC:-} ]] && return 0
-    for h in "${need[@]}"; do
-        [[ -f /usr/local/cuda/include/$h ]] || break
-    done
-    [[ -f /usr/local/cuda/include/$h ]] && return 0
-    mkdir -p "$work/cuda-include"
-    while IFS= read -r dir; do
-        for entry in "$dir"/*/include/*; do
-            [[ -e $entry && ! -e $work/cuda-include/${entry##*/} ]] && ln -s "$entry" "$work/cuda-include/"
-        done
-    done < <("$python" -c 'import nvidia; print("\n".join(nvidia.__path__))' 2>/dev/null)
-    for h in "${need[@]}"; do
-        [[ -e $work/cuda-include/$h ]] || return 0
-    done
-    echo "CUDA_INC=$work/cuda-include"
-}
-
 if [[ $build -eq 1 ]]; then
-    make_args=()
-    inc=$(wheel_headers)
-    if [[ -n $inc ]]; then
-        echo "run.sh: /usr/local/cuda lacks the CUDA/cuDNN headers; using PyTorch's wheel headers ($inc)"
-        make_args=("$inc")
-    fi
-    echo "run.sh: building the shim (make -j$(nproc) ${make_args[*]})"
-    if ! make -j"$(nproc)" ${make_args[@]+"${make_args[@]}"}; then
+    echo "run.sh: building the shim (make -j$(nproc))"
+    if ! make -j"$(nproc)"; then
         echo "run.sh: make failed; fix the build, or rerun with --no-build to measure without a fresh shim" >&2
         exit 1
     fi
