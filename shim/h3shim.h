@@ -47,7 +47,7 @@ enum h3_lib {
     H3_LIB_COUNT
 };
 
-enum h3_kind { H3_KIND_LAUNCH, H3_KIND_LIBCALL, H3_KIND_PROCADDR };
+enum h3_kind { H3_KIND_LAUNCH, H3_KIND_LIBCALL, H3_KIND_PROCADDR, H3_KIND_CONFIG };
 
 enum h3_fn {
 #define H3_HOOK(lib, kind, ret, name, params, args, describe) H3_FN_##name,
@@ -204,7 +204,7 @@ struct h3_gemm_desc {
 #define H3_CUDNN_MAX_TENSORS 16
 struct h3_cudnn_desc {
     const void *plan;
-    int status; /* of reading the variant pack */
+    bool known; /* the pack's attributes were seen being set */
     int64_t count;
     int64_t uids[H3_CUDNN_MAX_TENSORS];
     void *ptrs[H3_CUDNN_MAX_TENSORS];
@@ -268,6 +268,15 @@ void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int6
 void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
                            cudnnBackendDescriptor_t pack);
 void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int version, uint64_t flags);
+
+/* ---- cudnn.c ---- */
+
+/* Remembers a variant pack's unique ids, data pointers or workspace as
+ * cudnnBackendSetAttribute sets them (other attributes are ignored). */
+void h3_cudnn_note_set(cudnnBackendDescriptor_t desc, cudnnBackendAttributeName_t attr,
+                       cudnnBackendAttributeType_t type, int64_t count, const void *elements);
+/* Fills `d` with what was set on variant pack `pack`; false if unknown. */
+bool h3_cudnn_pack_get(cudnnBackendDescriptor_t pack, struct h3_cudnn_desc *d);
 
 /* 64-bit FNV-1a, the fingerprint hash. */
 static inline uint64_t h3_hash(uint64_t h, const void *data, size_t len)

@@ -50,6 +50,18 @@ static inline bool h3_call_begin(struct h3_call *c, enum h3_fn fn)
     return true;
 }
 
+/* Whether configuration calls must be remembered: the shim is active and
+ * something observes (the engine will need them always). */
+static inline bool h3_config_active(void)
+{
+    int state = atomic_load_explicit(&h3_state, memory_order_acquire);
+    if (H3_UNLIKELY(state == 0)) {
+        h3_init();
+        state = atomic_load_explicit(&h3_state, memory_order_acquire);
+    }
+    return state == 1 && h3_observe;
+}
+
 /* Finishes observing a call that h3_call_begin() accepted. */
 static inline void h3_call_end(struct h3_call *c, long long result)
 {
@@ -81,6 +93,19 @@ static inline void h3_call_end(struct h3_call *c, long long result)
     }
 #define H3_WRAP_LIBCALL H3_WRAP_LAUNCH
 #define H3_WRAP_PROCADDR(lib, ret, name, params, args, describe)
+
+/* Configuration calls: forwarded first; what succeeded is remembered. */
+#define H3_WRAP_CONFIG(lib, ret, name, params, args, describe)                   \
+    H3_EXPORT ret name params                                                    \
+    {                                                                            \
+        __typeof__(&name) real_ = (__typeof__(&name))h3_real_fn(H3_FN_##name);   \
+        if (H3_UNLIKELY(real_ == NULL))                                          \
+            return (ret)h3_fail_##lib;                                           \
+        ret r_ = real_ args;                                                     \
+        if (r_ == 0 && h3_config_active())                                       \
+            describe;                                                            \
+        return r_;                                                               \
+    }
 
 #define H3_HOOK(lib, kind, ret, name, params, args, describe) \
     H3_WRAP_##kind(lib, ret, name, params, args, describe)

@@ -45,7 +45,6 @@ H3_GETTER(CUBLASLT, __typeof__(&cublasLtMatmulDescGetAttribute), cublasLtMatmulD
 H3_GETTER(CUBLASLT, __typeof__(&cublasLtMatrixLayoutGetAttribute), cublasLtMatrixLayoutGetAttribute)
 H3_GETTER(CUBLASLT, __typeof__(&cublasLtMatmulAlgoConfigGetAttribute), cublasLtMatmulAlgoConfigGetAttribute)
 H3_GETTER(CUBLAS, __typeof__(&cublasGetStream_v2), cublasGetStream_v2)
-H3_GETTER(CUDNN, __typeof__(&cudnnBackendGetAttribute), cudnnBackendGetAttribute)
 H3_GETTER(CUDNN, __typeof__(&cudnnGetStream), cudnnGetStream)
 #undef H3_GETTER
 
@@ -366,29 +365,7 @@ void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackend
     struct h3_cudnn_desc *d = &c->u.dnn;
     memset(d, 0, sizeof(*d));
     d->plan = plan;
-    __typeof__(&cudnnBackendGetAttribute) ga = h3_get_cudnnBackendGetAttribute();
-    int64_t n = 0, np = 0, nw = 0;
-    if (ga != NULL && pack != NULL) {
-        /* Ask for the count first, then for exactly that many elements. */
-        int64_t want = 0;
-        d->status = ga(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 0, &want, NULL);
-        if (d->status != CUDNN_STATUS_SUCCESS)
-            want = 0;
-        if (want > (int64_t)H3_CUDNN_MAX_TENSORS)
-            want = H3_CUDNN_MAX_TENSORS;
-        if (want <= 0 || ga(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, want, &n, d->uids) !=
-                             CUDNN_STATUS_SUCCESS)
-            n = 0;
-        if (want <= 0 || ga(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, want, &np,
-                            d->ptrs) != CUDNN_STATUS_SUCCESS)
-            np = 0;
-        if (ga(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &nw, &d->workspace) !=
-            CUDNN_STATUS_SUCCESS)
-            d->workspace = NULL;
-    }
-    d->count = n < np ? n : np;
-    if (d->count > (int64_t)H3_CUDNN_MAX_TENSORS)
-        d->count = H3_CUDNN_MAX_TENSORS;
+    d->known = h3_cudnn_pack_get(pack, d);
     uint64_t h = h3_hash(H3_HASH_SEED, "cudnnBackendExecute", 19);
     c->fp = h3_hash(h, d->uids, (size_t)d->count * sizeof(int64_t));
     h3_call_device(c);

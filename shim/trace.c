@@ -245,8 +245,8 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
     }
     case H3_FN_cudnnBackendExecute: {
         const struct h3_cudnn_desc *d = &c->u.dnn;
-        h3_buf_printf(b, ",\"cudnn\":{\"plan\":\"%#llx\",\"status\":%d,\"uids\":[",
-                      (unsigned long long)(uintptr_t)d->plan, d->status);
+        h3_buf_printf(b, ",\"cudnn\":{\"plan\":\"%#llx\",\"pack_known\":%s,\"uids\":[",
+                      (unsigned long long)(uintptr_t)d->plan, d->known ? "true" : "false");
         for (int64_t i = 0; i < d->count; i++)
             h3_buf_printf(b, i ? ",%lld" : "%lld", (long long)d->uids[i]);
         h3_buf_puts(b, "],\"ptrs\":[");

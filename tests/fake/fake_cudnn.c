@@ -1,6 +1,7 @@
 /*
  * Fake libcudnn.so.9: handles with a stream, backend descriptors (variant
- * packs with unique ids, data pointers and workspace), and
+ * packs with unique ids, data pointers and workspace, which like cuDNN 9's
+ * cannot be read back), and
  * cudnnBackendExecute, which like cuDNN 9's dispatcher looks a function up
  * with dlsym on its own handle.  A dlsym interposer that turned that lookup
  * into a global one would hand back the interposer's wrapper; the fake then
@@ -72,11 +73,20 @@ FAKE_EXPORT cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t
     return CUDNN_STATUS_SUCCESS;
 }
 
-FAKE_EXPORT cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
-                                                   cudnnBackendAttributeType_t type, int64_t count, const void *buf)
+/* Like cuDNN 9: a variant pack's attributes cannot be read back. */
+FAKE_EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBackendAttributeName_t name,
+                                                   cudnnBackendAttributeType_t type, int64_t requested,
+                                                   int64_t *count, void *buf)
+{
+    (void)d, (void)name, (void)type, (void)requested, (void)count, (void)buf;
+    return CUDNN_STATUS_NOT_SUPPORTED;
+}
+
+static long long set_attribute(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                               cudnnBackendAttributeType_t type, int64_t count, const void *buf)
 {
     struct fake_pack *p = (struct fake_pack *)d;
-    if (p == NULL || p->magic != FAKE_CUDNN_MAGIC || count < 0 || count > 16)
+    if (p == NULL || p->magic != FAKE_CUDNN_MAGIC || count < 0 || count > 16 || buf == NULL)
         return CUDNN_STATUS_BAD_PARAM;
     if (name == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS && type == CUDNN_TYPE_INT64) {
         memcpy(p->uids, buf, (size_t)count * 8);
@@ -91,42 +101,15 @@ FAKE_EXPORT cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, c
     return CUDNN_STATUS_SUCCESS;
 }
 
-FAKE_EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBackendAttributeName_t name,
-                                                   cudnnBackendAttributeType_t type, int64_t requested,
-                                                   int64_t *count, void *buf)
-{
-    const struct fake_pack *p = (const struct fake_pack *)d;
-    if (p == NULL || p->magic != FAKE_CUDNN_MAGIC || count == NULL)
-        return CUDNN_STATUS_BAD_PARAM;
-    if (requested == 0 && buf == NULL && name != CUDNN_ATTR_VARIANT_PACK_WORKSPACE) {
-        *count = p->n; /* the count query */
-        return CUDNN_STATUS_SUCCESS;
-    }
-    if (buf == NULL)
-        return CUDNN_STATUS_BAD_PARAM;
-    int64_t n = requested < p->n ? requested : p->n;
-    if (name == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS && type == CUDNN_TYPE_INT64) {
-        memcpy(buf, p->uids, (size_t)n * 8);
-        *count = n;
-    } else if (name == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS && type == CUDNN_TYPE_VOID_PTR) {
-        memcpy(buf, p->ptrs, (size_t)n * sizeof(void *));
-        *count = n;
-    } else if (name == CUDNN_ATTR_VARIANT_PACK_WORKSPACE && type == CUDNN_TYPE_VOID_PTR && requested >= 1) {
-        memcpy(buf, &p->workspace, sizeof(void *));
-        *count = 1;
-    } else {
-        return CUDNN_STATUS_NOT_SUPPORTED;
-    }
-    return CUDNN_STATUS_SUCCESS;
-}
-
 /* This library's own definition of cudnnBackendExecute (not the global one). */
 extern __typeof__(cudnnBackendExecute) fake_cudnn_execute_self
     __attribute__((alias("cudnnBackendExecute"), visibility("hidden")));
 
 static long long fake_behave(const char *fn, void **argp)
 {
-    (void)argp;
+    if (strcmp(fn, "cudnnBackendSetAttribute") == 0)
+        return set_attribute(*(cudnnBackendDescriptor_t *)argp[0], *(cudnnBackendAttributeName_t *)argp[1],
+                             *(cudnnBackendAttributeType_t *)argp[2], *(int64_t *)argp[3], *(const void **)argp[4]);
     if (strcmp(fn, "cudnnBackendExecute") != 0)
         return CUDNN_STATUS_NOT_SUPPORTED;
     void *self = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_NOLOAD);

@@ -49,6 +49,7 @@ struct fw_objects {
     cublasHandle_t blas;
     cudnnHandle_t dnn;
     cudnnBackendDescriptor_t pack;
+    void *workspace;
 };
 static _Thread_local struct fw_objects fw_obj;
 
@@ -98,6 +99,7 @@ static void fw_objects_make(uint64_t seed)
         cudnnBackendSetAttribute(o->pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 4, ptrs);
         cudnnBackendSetAttribute(o->pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
     }
+    o->workspace = (void *)0x5000;
     cublasSetStream_v2(o->blas, (cudaStream_t)(uintptr_t)(seed << 4));
     cudnnSetStream(o->dnn, (cudaStream_t)(uintptr_t)(seed << 4));
 }
@@ -124,6 +126,9 @@ static void fw_objects_make(uint64_t seed)
      Cdesc = fw_obj.lt_layout[2], Ddesc = fw_obj.lt_layout[3], algo = &fw_obj.lt_algo)
 #define h3_desc_gemm(c, handle, ...) (handle = fw_obj.blas)
 #define h3_desc_cudnn_execute(c, handle, plan, pack) (handle = fw_obj.dnn, pack = fw_obj.pack)
+#define h3_cudnn_note_set(desc, attr, type, count, elements)                                       \
+    (desc = fw_obj.pack, attr = CUDNN_ATTR_VARIANT_PACK_WORKSPACE, type = CUDNN_TYPE_VOID_PTR, count = 1, \
+     elements = &fw_obj.workspace)
 
 #define FW_UNPAREN(...) __VA_ARGS__
 #define FW_DECL(i, decl) decl;
@@ -145,7 +150,7 @@ static void fw_objects_make(uint64_t seed)
 #undef H3_HOOK
 
 FAKE_EXPORT const struct fw_entry fw_entries[] = {
-#define H3_HOOK(lib, kind, ret, name, params, args, describe) {#name, #lib, fw_call_##name},
+#define H3_HOOK(lib, kind, ret, name, params, args, describe) {#name, #lib, #kind, fw_call_##name},
 #include "hooks.def"
 #undef H3_HOOK
 };

@@ -8,6 +8,7 @@
 struct fw_entry {
     const char *name;
     const char *lib;
+    const char *kind; /* LAUNCH, LIBCALL, PROCADDR or CONFIG, as in hooks.def */
     /* Calls the entry point with arguments made from `seed`; stores the
      * words it sent in sent[0..*nargs) and returns the result. */
     long long (*call)(uint64_t seed, uint64_t *sent, int *nargs);

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import tarfile
 import signal
 import subprocess
 import sys
@@ -263,11 +264,11 @@ class Harness:
         return {"path": path, "marker_error": r.get("stderr_tail"), "stats_whole_trace": self.json_doc(whole)}
 
     def keep_trace(self, path):
-        if self.args.copy_to:
-            os.makedirs(os.path.join(self.args.copy_to, "traces"), exist_ok=True)
-            name = os.path.basename(os.path.dirname(path)) + "-" + os.path.basename(path) + ".gz"
-            with open(path, "rb") as src, gzip.open(os.path.join(self.args.copy_to, "traces", name), "wb") as dst:
-                shutil.copyfileobj(src, dst)
+        """Keeps a compressed copy of a trace with the logs (copied out at the end)."""
+        os.makedirs(os.path.join(self.work, "logs", "traces"), exist_ok=True)
+        name = os.path.basename(os.path.dirname(path)) + "-" + os.path.basename(path) + ".gz"
+        with open(path, "rb") as src, gzip.open(os.path.join(self.work, "logs", "traces", name), "wb") as dst:
+            shutil.copyfileobj(src, dst)
 
     def step_trace_diff(self):
         if self.shim is None:
@@ -365,8 +366,9 @@ class Harness:
         if self.args.copy_to:
             for path in paths:
                 shutil.copy(path, self.args.copy_to)
-            shutil.copytree(os.path.join(self.work, "logs"), os.path.join(self.args.copy_to, "logs"),
-                            dirs_exist_ok=True)
+            # One archive: the GPU machine hands back only a few files.
+            with tarfile.open(os.path.join(self.args.copy_to, "logs.tar.gz"), "w:gz") as tar:
+                tar.add(os.path.join(self.work, "logs"), arcname="logs")
         print(markdown)
         self.log(f"evidence written: {paths[0]} and {paths[1]}")
         failed = [name for name, c in self.evidence["checks"].items() if c["status"].startswith("FAIL")]
