@@ -6,10 +6,10 @@
  * cuDNN 9 answers CUDNN_STATUS_NOT_SUPPORTED when a variant pack's ids or
  * pointers are read back (seen on the H200, cuDNN 9.19), so this is the only
  * way to know what a cudnnBackendExecute reads and writes.
- * Invariants: entries are keyed by descriptor address; setting the ids starts
- * the entry afresh, so a descriptor freed and reallocated at the same address
- * never shows the old pack's pointers beside the new pack's ids.  A full
- * table drops the oldest entry.
+ * Invariants: entries are keyed by descriptor address and each attribute is
+ * overwritten when set again (cuDNN's frontend sets all three, in an order of
+ * its own, for every pack it builds, so a descriptor reallocated at the same
+ * address never shows stale values).  A full table drops the oldest entry.
  */
 #include "h3shim.h"
 
@@ -60,9 +60,6 @@ void h3_cudnn_note_set(cudnnBackendDescriptor_t desc, cudnnBackendAttributeName_
     pthread_mutex_lock(&h3_pack_lock);
     struct h3_pack *p = h3_pack_slot(desc, true);
     if (ids) {
-        /* A pack being (re)built: forget what an earlier one at this address had. */
-        memset(p, 0, sizeof(*p));
-        p->desc = desc;
         memcpy(p->uids, elements, (size_t)n * sizeof(int64_t));
         p->n_uids = n;
     } else if (ptrs) {

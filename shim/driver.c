@@ -45,7 +45,7 @@ static bool h3_driver_active(void)
 {
     if (atomic_load_explicit(&h3_state, memory_order_acquire) == 0)
         h3_init();
-    return atomic_load_explicit(&h3_state, memory_order_acquire) == 1;
+    return atomic_load_explicit(&h3_state, memory_order_acquire) == 1 && h3_config.interpose_driver;
 }
 
 /* The hook for an interposed driver symbol name, or H3_FN_COUNT. */

@@ -70,6 +70,7 @@ enum h3_format { H3_FORMAT_JSONL = 0, H3_FORMAT_CHROME = 1 };
 
 struct h3_config {
     bool disable;
+    bool interpose_driver;
     const char *trace_path;
     int trace_format;
     long trace_backtrace;

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Host time the shim adds per intercepted call on the GPU machine.
+"""Host time the shim adds on the GPU machine.
 
-A host-bound loop of tiny element-wise launches (one __cudaLaunchKernel each)
-runs in fresh processes without the shim, with the shim disabled
-(H3SHIM_DISABLE=1), and with the shim in its default mode, alternating
-A D S A D S ..., and the medians of the per-launch host time are compared.
+--what launch: a host-bound loop of tiny element-wise launches (one
+__cudaLaunchKernel each), in ns per launch.  --what floor: the H3 block stack
+at 6 tokens (serve.py --floor), in ms per block (42 intercepted calls).
+Each runs in fresh processes without the shim, with the shim disabled
+(H3SHIM_DISABLE=1), with the shim in its default mode, and with the shim
+not interposing driver entry points (H3SHIM_INTERPOSE_DRIVER=0),
+alternating A D S N A D S N ..., and the medians are compared.
 
-    python3 tests/gpu/overhead.py [--shim build/libh3shim.so] [--rounds 7] [--json FILE]
+    python3 tests/gpu/overhead.py [--what launch|floor] [--shim build/libh3shim.so] [--rounds 7] [--json FILE]
 """
 import argparse
 import json
@@ -31,36 +34,48 @@ print((t1 - t0) / n)
 """
 
 
-def one(shim, env_extra):
+SERVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "serve.py")
+
+
+def one(what, shim, env_extra):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     if shim:
         env["LD_PRELOAD"] = shim
     env.update(env_extra)
-    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    if what == "launch":
+        cmd = [sys.executable, "-c", CHILD]
+    else:
+        cmd = [sys.executable, SERVE, "--floor", "--json"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    if what == "launch":
+        return float(out.stdout.strip().splitlines()[-1])
+    return float(json.loads(out.stdout)["ms_per_block"])
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shim", default=os.path.abspath("build/libh3shim.so"))
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--what", choices=("launch", "floor"), default="launch")
     ap.add_argument("--json")
     a = ap.parse_args()
     arms = {"A no shim": (None, {}), "D shim disabled": (a.shim, {"H3SHIM_DISABLE": "1"}),
-            "S shim default": (a.shim, {})}
+            "S shim default": (a.shim, {}),
+            "N shim, no driver": (a.shim, {"H3SHIM_INTERPOSE_DRIVER": "0"})}
     samples = {k: [] for k in arms}
     for _ in range(a.rounds):
         for name, (shim, env) in arms.items():
-            samples[name].append(one(shim, env))
+            samples[name].append(one(a.what, shim, env))
     med = {k: statistics.median(v) for k, v in samples.items()}
     base = med["A no shim"]
-    print(f"{'arm':18s} {'ns/launch (median)':>20s} {'added ns':>10s}")
+    unit = "ns/launch" if a.what == "launch" else "ms/block"
+    print(f"{'arm':18s} {unit + ' (median)':>20s} {'added':>10s} {'ratio':>7s}")
     for k, v in med.items():
-        print(f"{k:18s} {v:20.1f} {v - base:10.1f}")
+        print(f"{k:18s} {v:20.4f} {v - base:10.4f} {v / base:7.3f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"samples_ns_per_launch": samples, "median": med}, f, indent=1)
+            json.dump({"what": a.what, "unit": unit, "samples": samples, "median": med}, f, indent=1)
     return 0
 
 

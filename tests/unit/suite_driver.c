@@ -170,6 +170,18 @@ START_TEST(disabled_is_pure_passthrough)
 }
 END_TEST
 
+START_TEST(driver_interposition_can_be_switched_off)
+{
+    setenv("H3SHIM_INTERPOSE_DRIVER", "0", 1);
+    ck_assert(in_fake(dlsym(libcuda(), "cuLaunchKernelEx"), "fake/libcuda.so.1"));
+    PFN_cuGetProcAddress_v12000 gpa = (PFN_cuGetProcAddress_v12000)dlsym(libcuda(), "cuGetProcAddress_v2");
+    ck_assert(in_fake((void *)gpa, "fake/libcuda.so.1"));
+    /* The exported entry points are still interposed. */
+    ck_assert_int_eq(t_call("cuLaunchKernel", 1), 0);
+    ck_assert_int_eq(t_call("cublasLtMatmul", 1), 0);
+}
+END_TEST
+
 Suite *t_suite_driver(void)
 {
     Suite *s = suite_create("driver");
@@ -184,6 +196,7 @@ Suite *t_suite_driver(void)
     tcase_add_test(tc, rtld_next_resolves_relative_to_the_caller);
     tcase_add_test(tc, call_from_library_constructor);
     tcase_add_test(tc, disabled_is_pure_passthrough);
+    tcase_add_test(tc, driver_interposition_can_be_switched_off);
     suite_add_tcase(s, tc);
     return s;
 }
