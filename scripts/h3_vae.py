@@ -412,9 +412,11 @@ class TiledDecoder:
         self.fade_in = fade.reshape(1, 1, -1, 1, 1).to(device)
         self.fade_out = (1 - fade).reshape(1, 1, -1, 1, 1).to(device)
         self.graphs = {}
+        self.vit_calls = 0
 
     def vit(self, tile):
         """One ViT call on a latent tile [B,24,7,th,tw]; returns FP32 pixels."""
+        self.vit_calls += 1
         if not self.cuda_graphs:
             return self.model(tile)
         key = tuple(tile.shape)

@@ -136,6 +136,7 @@ def decode_requests(args, torch, h3_vae, device, model, plan):
         for i in range(-args.warmup, args.requests):
             latent = h3_vae.make_latent(plan.latent, args.seed + (0 if args.same_latent else max(i, 0)), device)
             h3_vae.sync(device)
+            calls_before = decoder.vit_calls
             t0 = time.perf_counter()
             video = decoder(latent)
             h3_vae.sync(device)
@@ -144,7 +145,8 @@ def decode_requests(args, torch, h3_vae, device, model, plan):
                 continue
             times.append(ms)
             results.append({"request": i, "latency_ms": ms, "sha256_fp32": h3_vae.sha256(video),
-                            "sha256_u8": h3_vae.sha256(h3_vae.to_frames(video))})
+                            "sha256_u8": h3_vae.sha256(h3_vae.to_frames(video)),
+                            "vit_calls": decoder.vit_calls - calls_before, "output_shape": list(video.shape)})
     if args.out:
         torch.save(video.cpu(), args.out)
     summary = summarise(times, plan)
@@ -156,7 +158,7 @@ def decode_requests(args, torch, h3_vae, device, model, plan):
         f"device {doc['environment'].get('gpu', device)}, {'CUDA graphs' if args.cuda_graphs else 'eager'}, "
         f"weights {doc['weights']}"]
     lines += [f"request {r['request']}: {r['latency_ms']:9.2f} ms  fp32 sha256 {r['sha256_fp32']}  "
-              f"u8 sha256 {r['sha256_u8']}" for r in results]
+              f"u8 sha256 {r['sha256_u8']}  {r['vit_calls']} ViT calls, output {r['output_shape']}" for r in results]
     lines.append(f"summary: {summary['requests']} requests, median {summary['median_ms']:.2f} ms "
                  f"(min {summary['min_ms']:.2f}, mean {summary['mean_ms']:.2f}, p90 {summary['p90_ms']:.2f}, "
                  f"max {summary['max_ms']:.2f}), {summary['median_ms_per_block_call']:.4f} ms per block call")
