@@ -10,6 +10,7 @@
 #ifndef H3SHIM_H
 #define H3SHIM_H
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -108,7 +109,9 @@ extern unsigned h3_log_mask;
 
 /* Sets up the debug log from h3_config (level, subsystems, file). */
 void h3_log_setup(void);
-/* Writes one line "h3shim: ..." with a single write(2).  Use the macros. */
+/* Writes one line "h3shim: PID PREFIX..." to `fd` with a single write(2). */
+void h3_write_line(int fd, const char *prefix, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
+/* Writes one line "h3shim: PID LEVEL ..." to the debug log.  Use the macros. */
 void h3_log_write(int level, unsigned subsys, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Expands %h (host name) and %p (pid) in `pattern` into `out`. */
 void h3_log_expand_path(const char *pattern, char *out, size_t outlen);

@@ -104,21 +104,27 @@ void h3_log_setup(void)
     }
 }
 
-void h3_log_write(int level, unsigned subsys, const char *fmt, ...)
+void h3_write_line(int fd, const char *prefix, const char *fmt, va_list ap)
 {
-    (void)subsys;
-    static const char *const tags[] = {"WARN", "INFO", "TRACE"};
     char line[1024];
-    int n = snprintf(line, sizeof(line), "h3shim: %d %s ", (int)getpid(),
-                     tags[level < 0 ? 0 : level > 2 ? 2 : level]);
-    va_list ap;
-    va_start(ap, fmt);
+    int n = snprintf(line, sizeof(line), "h3shim: %d %s", (int)getpid(), prefix);
+    if (n < 0 || (size_t)n >= sizeof(line) - 2)
+        n = 0;
     int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    va_end(ap);
     size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
     if (len > sizeof(line) - 2)
         len = sizeof(line) - 2;
     line[len++] = '\n';
-    ssize_t w = write(h3_log_fd, line, len);
+    ssize_t w = write(fd, line, len);
     (void)w;
+}
+
+void h3_log_write(int level, unsigned subsys, const char *fmt, ...)
+{
+    (void)subsys;
+    static const char *const tags[] = {"WARN ", "INFO ", "TRACE "};
+    va_list ap;
+    va_start(ap, fmt);
+    h3_write_line(h3_log_fd, tags[level < 0 ? 0 : level > 2 ? 2 : level], fmt, ap);
+    va_end(ap);
 }

@@ -73,18 +73,10 @@ void h3_stats_reset(void)
 static void h3_stats_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void h3_stats_line(const char *fmt, ...)
 {
-    char line[512];
-    int n = snprintf(line, sizeof(line), "h3shim: stats %d: ", (int)getpid());
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    h3_write_line(2, "stats: ", fmt, ap);
     va_end(ap);
-    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-    if (len > sizeof(line) - 2)
-        len = sizeof(line) - 2;
-    line[len++] = '\n';
-    ssize_t w = write(2, line, len);
-    (void)w;
 }
 
 struct h3_kernel_row {
