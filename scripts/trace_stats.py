@@ -73,7 +73,7 @@ def read_trace(path, after=None):
             records += 1
             api = str(rec.get("api", "?"))
             apis[api] += 1
-            kernels[str(rec.get("kernel", "(" + api + ")"))] += 1
+            kernels[str(rec.get("kernel_pretty", rec.get("kernel", "(" + api + ")")))] += 1
             decision = rec.get("decision")
             if decision is not None:
                 reason = rec.get("reason")

@@ -175,7 +175,8 @@ static inline void *h3_real_fn(enum h3_fn fn)
 /* What the shim knows about one kernel, cached per handle for the process. */
 struct h3_kernel {
     const void *key;
-    const char *name;
+    const char *name;   /* as the driver returns it (mangled): what signatures match */
+    const char *pretty; /* demangled when a C++ runtime is loaded, else `name` */
     uint32_t nparams;
     uint32_t param_bytes;
     uint16_t *param_sizes;

@@ -122,8 +122,9 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
             bytes = (uint32_t)(off + size);
         }
     }
+    k->name = strdup(name != NULL ? name : "?");
     char *demangled = h3_demangle(name);
-    k->name = demangled != NULL ? demangled : strdup(name != NULL ? name : "?");
+    k->pretty = demangled != NULL ? demangled : k->name;
     k->nparams = n;
     k->param_bytes = bytes;
     if (n > 0) {
@@ -138,6 +139,8 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
 
 static void h3_kernel_free(struct h3_kernel *k)
 {
+    if (k->pretty != k->name)
+        free((void *)k->pretty);
     free((void *)k->name);
     free(k->param_sizes);
     free(k);

@@ -100,13 +100,13 @@ static void h3_stats_collect(const struct h3_kernel *k, void *arg)
 static int h3_stats_by_name(const void *a, const void *b)
 {
     const struct h3_kernel_row *x = a, *y = b;
-    return strcmp(x->k->name, y->k->name);
+    return strcmp(x->k->pretty, y->k->pretty);
 }
 
 static int h3_stats_by_calls(const void *a, const void *b)
 {
     const struct h3_kernel_row *x = a, *y = b;
-    return x->calls < y->calls ? 1 : x->calls > y->calls ? -1 : strcmp(x->k->name, y->k->name);
+    return x->calls < y->calls ? 1 : x->calls > y->calls ? -1 : strcmp(x->k->pretty, y->k->pretty);
 }
 
 /* One row per kernel name: a kernel reached through several handles (its
@@ -116,7 +116,7 @@ static size_t h3_stats_merge_names(struct h3_kernel_row *rows, size_t n)
     qsort(rows, n, sizeof(rows[0]), h3_stats_by_name);
     size_t out = 0;
     for (size_t i = 0; i < n; i++) {
-        if (out > 0 && strcmp(rows[out - 1].k->name, rows[i].k->name) == 0)
+        if (out > 0 && strcmp(rows[out - 1].k->pretty, rows[i].k->pretty) == 0)
             rows[out - 1].calls += rows[i].calls;
         else
             rows[out++] = rows[i];
@@ -139,7 +139,7 @@ void h3_stats_print(void)
         r.n = h3_stats_merge_names(r.rows, r.n);
         h3_stats_line("%-12s %s", "calls", "kernel");
         for (size_t i = 0; i < r.n; i++)
-            h3_stats_line("%12lu %.150s", r.rows[i].calls, r.rows[i].k->name);
+            h3_stats_line("%12lu %.150s", r.rows[i].calls, r.rows[i].k->pretty);
         free(r.rows);
     }
     h3_stats_line("%-12s %-24s %s", "decision", "reason", "calls");

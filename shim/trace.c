@@ -203,6 +203,11 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
         snprintf(name, sizeof(name), "%.*s", name_max, c->kernel != NULL ? c->kernel->name : "?");
         h3_buf_puts(b, ",\"kernel\":");
         h3_buf_json_str(b, name);
+        if (c->kernel != NULL && c->kernel->pretty != c->kernel->name) {
+            snprintf(name, sizeof(name), "%.*s", name_max, c->kernel->pretty);
+            h3_buf_puts(b, ",\"kernel_pretty\":");
+            h3_buf_json_str(b, name);
+        }
         h3_buf_printf(b, ",\"ptsz\":%s,\"grid\":[%u,%u,%u],\"block\":[%u,%u,%u],\"shmem\":%u",
                       c->per_thread ? "true" : "false", c->grid[0], c->grid[1], c->grid[2],
                       c->block[0], c->block[1], c->block[2], c->shmem);
@@ -317,7 +322,7 @@ static bool h3_trace_build(struct h3_buf *b, const struct h3_call *c, bool full,
     b->p[0] = '\0';
     if (h3_config.trace_format == H3_FORMAT_CHROME) {
         const char *name = h3_hooks[c->fn].kind == H3_KIND_LAUNCH && c->kernel != NULL
-                               ? c->kernel->name : h3_hooks[c->fn].name;
+                               ? c->kernel->pretty : h3_hooks[c->fn].name;
         char shortname[256];
         snprintf(shortname, sizeof(shortname), "%.*s", name_max < 200 ? name_max : 200, name);
         h3_buf_puts(b, "{\"name\":");
