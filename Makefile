@@ -54,3 +54,23 @@ include tests/tests.mk
 
 clean:
 	rm -rf $(B)
+
+# h3sig: the signature validator, built from the library's own parser.
+$(B)/h3sig: tools/h3sig.c shim/sigfile.c $(SHIM_HDR) | cuda-headers
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) -O2 -g $(CUDA_CFLAGS) -Ishim -o $@ tools/h3sig.c shim/sigfile.c
+
+all: $(B)/h3sig
+
+# libFuzzer on the signature parser (clang with compiler-rt), for
+# FUZZ_SECONDS seconds (default 600) on the corpus in tests/fuzz/corpus.
+FUZZ_SECONDS ?= 600
+$(B)/fuzz_sigfile: tests/fuzz/fuzz_sigfile.c shim/sigfile.c $(SHIM_HDR)
+	@mkdir -p $(@D)
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined $(CUDA_CFLAGS) -Ishim -o $@ \
+	  tests/fuzz/fuzz_sigfile.c shim/sigfile.c
+
+fuzz: $(B)/fuzz_sigfile
+	@mkdir -p $(B)/fuzz-corpus
+	$(B)/fuzz_sigfile -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(B)/fuzz-corpus tests/fuzz/corpus
+.PHONY: fuzz

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "nvapi.h"
 
@@ -77,6 +78,7 @@ struct h3_config {
     long trace_backtrace;
     bool stats;
     bool trace_params;
+    const char *signatures;
     int debug_level;
     const char *debug_subsys;
     const char *debug_file;
@@ -273,6 +275,81 @@ void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int6
 void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
                            cudnnBackendDescriptor_t pack);
 void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int version, uint64_t flags);
+
+/* ---- sigfile.c: signature files (signatures/FORMAT.md) ---- */
+
+enum h3_sig_kind { H3_SIG_LAUNCH, H3_SIG_MATMUL, H3_SIG_CUDNN };
+enum h3_ref_kind { H3_REF_FIRST, H3_REF_SLOT, H3_REF_NULL };
+
+#define H3_SIG_DESC_KEYS 38
+#define H3_SIG_ALGO_KEYS 9
+#define H3_SIG_OPERANDS 5
+extern const char *const h3_sig_desc_keys[H3_SIG_DESC_KEYS];
+extern const char *const h3_sig_algo_keys[H3_SIG_ALGO_KEYS];
+extern const char *const h3_sig_operands[H3_SIG_OPERANDS];
+
+/* An 8-byte pointer of a call and where its value must come from. */
+struct h3_sig_slot {
+    uint16_t param;  /* launch: parameter index; matmul: operand (A B C D bias) */
+    uint16_t offset; /* launch: byte offset in the parameter */
+    int64_t uid;     /* cudnn: the variant pack's unique id */
+    enum h3_ref_kind ref;
+    uint32_t ref_call, ref_slot;
+    int64_t delta;
+    bool dead;       /* first slot of a buffer nobody reads after the group */
+};
+
+/* Bytes of a launch parameter that must match exactly. */
+struct h3_sig_bytes {
+    uint16_t param, offset, len;
+    uint8_t *data;
+};
+
+struct h3_sig_call {
+    enum h3_sig_kind kind;
+    int line;
+    char *kernel;
+    bool have_config;
+    unsigned grid[3], block[3], shmem;
+    uint32_t nparams;
+    uint16_t *param_sizes;
+    uint32_t nbytes;
+    struct h3_sig_bytes *bytes;
+    uint32_t nslots;
+    struct h3_sig_slot *slots;
+    int64_t desc[H3_SIG_DESC_KEYS];
+    uint64_t desc_present;
+    int64_t algo[H3_SIG_ALGO_KEYS];
+    uint64_t algo_present;
+    uint32_t nuids;
+    int64_t *uids;
+};
+
+struct h3_sig {
+    char *path;
+    char *model, *group, *torch, *cuda, *sm, *created, *cublaslt, *cudnn, *source;
+    int sm_number;
+    bool have_magic;
+    uint32_t ncalls;
+    struct h3_sig_call *calls;
+};
+
+/* Parses a signature file's text.  Returns the signature, or NULL with one
+ * message "PATH:LINE: problem" in err. */
+struct h3_sig *h3_sig_parse(const char *text, size_t len, const char *path, char *err, size_t errlen);
+void h3_sig_free(struct h3_sig *s);
+/* Writes the signature in canonical form (what h3sig prints). */
+void h3_sig_print(FILE *f, const struct h3_sig *s);
+
+/* ---- signatures.c: the loaded signatures ---- */
+
+/* Loads every *.sig file of H3SHIM_SIGNATURES (a file or a directory; by
+ * default the signatures/ directory beside the library's build or install
+ * directory).  A malformed file is reported once and ignored. */
+void h3_signatures_load(void);
+/* Number of signatures loaded and files rejected. */
+unsigned h3_signatures_count(void);
+unsigned h3_signatures_rejected(void);
 
 /* ---- cudnn.c ---- */
 

@@ -73,10 +73,11 @@ fakes: $(FAKE_ALL)
 
 # The Check suites: built with sanitizers, run with the shim preloaded.
 UNIT_SRC := $(wildcard tests/unit/*.c)
-$(B)/tests/check_h3shim: $(UNIT_SRC) $(wildcard tests/unit/*.h) $(FAKE_HDR) $(FAKE_DIR)/libh3fakelog.so \
+# The parser (shim/sigfile.c) is linked in too: its tests call it directly.
+$(B)/tests/check_h3shim: $(UNIT_SRC) shim/sigfile.c $(wildcard tests/unit/*.h) $(FAKE_HDR) $(FAKE_DIR)/libh3fakelog.so \
                          $(FAKE_DIR)/libh3nexta.so $(FAKE_DIR)/libh3nextb.so
 	@mkdir -p $(@D)
-	$(CC) $(FAKE_CFLAGS) -Itests/unit $(CHECK_CFLAGS) -o $@ $(UNIT_SRC) \
+	$(CC) $(FAKE_CFLAGS) -Itests/unit $(CHECK_CFLAGS) -o $@ $(UNIT_SRC) shim/sigfile.c \
 	  -L$(FAKE_DIR) -lh3fakelog -Wl,--no-as-needed -lh3nexta -lh3nextb -Wl,--as-needed -Wl,-rpath,'$$ORIGIN/../fake' $(CHECK_LIBS) -ldl -lpthread
 
 ASAN_RT := $(shell $(CC) -print-file-name=libasan.so)
@@ -85,12 +86,12 @@ ASAN_RT := $(shell $(CC) -print-file-name=libasan.so)
 CHECK_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
             CK_DEFAULT_TIMEOUT=60
 
-check-asan: $(B)/asan/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL)
+check-asan: $(B)/asan/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig
 	@echo "== Check suites, sanitized library ($(B)/asan/libh3shim.so)"
 	$(CHECK_ENV) H3TEST_SHIM=$(B)/asan/libh3shim.so LD_PRELOAD="$(ASAN_RT) $(B)/asan/libh3shim.so" \
 	  $(B)/tests/check_h3shim
 
-check-release: $(B)/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL)
+check-release: $(B)/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig
 	@echo "== Check suites, release library ($(B)/libh3shim.so)"
 	$(CHECK_ENV) H3TEST_SHIM=$(B)/libh3shim.so LD_PRELOAD="$(ASAN_RT) $(B)/libh3shim.so" \
 	  $(B)/tests/check_h3shim
@@ -134,3 +135,11 @@ $(B)/bench/bench_cpu: tests/tools/bench_cpu.c $(BENCH_DIR)/libh3fakeframework.so
 
 bench-cpu: $(B)/libh3shim.so $(B)/bench/bench_cpu
 	@sh tests/tools/bench_cpu.sh $(B)/bench/bench_cpu $(B)/libh3shim.so $(BENCH_DIR)
+
+# Rewrites README.md's variable table from shim/config.def.
+env-table-readme: $(B)/envtable
+	@$(B)/envtable > $(B)/envtable.md
+	@awk -v table=$(B)/envtable.md '/<!-- env-table -->/{print; while ((getline l < table) > 0) print l; skip=1; next} /<!-- \/env-table -->/{skip=0} !skip' README.md > $(B)/README.new
+	@mv $(B)/README.new README.md
+	@echo "README.md's variable table rewritten"
+.PHONY: env-table-readme check-readme env-table

@@ -1,0 +1,2 @@
+# expect 2: not an h3shim signature file
+hello 1

@@ -1,0 +1,11 @@
+# expect 10: unknown desc key 'mm'
+h3sig 1
+meta model m
+meta group g
+meta torch t
+meta cuda 13000
+meta sm 90
+meta created 2026-11-29
+call 0 matmul
+  desc mm=3
+end

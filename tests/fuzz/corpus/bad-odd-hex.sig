@@ -1,0 +1,13 @@
+# expect 12: even, non-zero number of hex digits
+h3sig 1
+meta model m
+meta group g
+meta torch t
+meta cuda 13000
+meta sm 90
+meta created 2026-11-29
+call 0 launch k
+  config 1 1 1 32 1 1 0
+  params 4
+  bytes 0 0 000
+end

@@ -1,0 +1,1 @@
+# expect 1: empty file
