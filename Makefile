@@ -72,5 +72,6 @@ $(B)/fuzz_sigfile: tests/fuzz/fuzz_sigfile.c shim/sigfile.c $(SHIM_HDR)
 
 fuzz: $(B)/fuzz_sigfile
 	@mkdir -p $(B)/fuzz-corpus
-	$(B)/fuzz_sigfile -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(B)/fuzz-corpus tests/fuzz/corpus
+	$(B)/fuzz_sigfile -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -artifact_prefix=$(B)/fuzz- \
+	  $(B)/fuzz-corpus tests/fuzz/corpus
 .PHONY: fuzz

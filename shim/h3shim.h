@@ -309,7 +309,7 @@ struct h3_sig_call {
     enum h3_sig_kind kind;
     int line;
     char *kernel;
-    bool have_config;
+    bool have_config, have_params, have_uids;
     unsigned grid[3], block[3], shmem;
     uint32_t nparams;
     uint16_t *param_sizes;

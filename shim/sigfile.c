@@ -377,8 +377,9 @@ static bool h3_sig_call_line(struct h3_sig_parser *p, char **tok, int n)
         return true;
     }
     if (strcmp(tok[0], "params") == 0) {
-        if (!launch || c->nparams != 0 || c->nslots != 0 || c->nbytes != 0)
+        if (!launch || c->have_params)
             return h3_sig_fail(p, "params: one per launch call, before its bytes and slots");
+        c->have_params = true;
         if (n - 1 > H3_SIG_MAX_PARAMS)
             return h3_sig_fail(p, "params: at most %d parameters", H3_SIG_MAX_PARAMS);
         c->param_sizes = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof(uint16_t));
@@ -392,10 +393,13 @@ static bool h3_sig_call_line(struct h3_sig_parser *p, char **tok, int n)
         }
         return true;
     }
-    if (strcmp(tok[0], "bytes") == 0)
+    if (strcmp(tok[0], "bytes") == 0) {
+        if (launch && !c->have_params)
+            return h3_sig_fail(p, "bytes before params");
         return h3_sig_bytes_line(p, c, tok, n);
+    }
     if (strcmp(tok[0], "slot") == 0) {
-        if (launch && c->nparams == 0)
+        if (launch && !c->have_params)
             return h3_sig_fail(p, "slot before params");
         return h3_sig_slot_line(p, c, tok, n);
     }
@@ -408,8 +412,9 @@ static bool h3_sig_call_line(struct h3_sig_parser *p, char **tok, int n)
                               desc ? &c->desc_present : &c->algo_present);
     }
     if (strcmp(tok[0], "uids") == 0) {
-        if (c->kind != H3_SIG_CUDNN || c->nuids != 0 || c->nslots != 0)
+        if (c->kind != H3_SIG_CUDNN || c->have_uids || c->nslots != 0)
             return h3_sig_fail(p, "uids: one per cudnn call, before its slots");
+        c->have_uids = true;
         c->uids = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof(int64_t));
         if (c->uids == NULL)
             return h3_sig_fail(p, "out of memory");
@@ -436,7 +441,7 @@ static bool h3_sig_call_end(struct h3_sig_parser *p)
     int line = p->line;
     p->line = c->line;
     bool ok = true;
-    if (c->kind == H3_SIG_LAUNCH && (!c->have_config || c->nparams == 0))
+    if (c->kind == H3_SIG_LAUNCH && (!c->have_config || !c->have_params))
         ok = h3_sig_fail(p, "launch call %u needs config and params", p->sig->ncalls - 1);
     p->line = line;
     p->call = NULL;
@@ -465,7 +470,7 @@ static int h3_sig_split(char *line, char **tok)
 {
     int n = 0;
     char *save = NULL;
-    for (char *t = strtok_r(line, " \t\r", &save); t != NULL; t = strtok_r(NULL, " \t\r", &save)) {
+    for (char *t = strtok_r(line, " \t", &save); t != NULL; t = strtok_r(NULL, " \t", &save)) {
         if (n == H3_SIG_MAX_TOKENS)
             return -1;
         tok[n++] = t;
@@ -475,11 +480,14 @@ static int h3_sig_split(char *line, char **tok)
 
 static bool h3_sig_line(struct h3_sig_parser *p, char *line)
 {
+    size_t linelen = strlen(line);
+    if (linelen > 0 && line[linelen - 1] == '\r')
+        line[linelen - 1] = '\0'; /* CRLF line ends are accepted */
     char *hash = strchr(line, '#');
     if (hash != NULL)
         *hash = '\0';
     for (const unsigned char *q = (const unsigned char *)line; *q != '\0'; q++)
-        if (*q < 0x20 && *q != '\t' && *q != '\r')
+        if ((*q < 0x20 && *q != '\t') || *q == 0x7f)
             return h3_sig_fail(p, "control character in line");
     /* `meta` keeps the rest of the line (spaces folded at the ends). */
     char rest[H3_SIG_MAX_LINE + 1];
@@ -496,7 +504,7 @@ static bool h3_sig_line(struct h3_sig_parser *p, char *line)
             r++;
     }
     snprintf(rest, sizeof(rest), "%s", r);
-    for (size_t len = strlen(rest); len > 0 && (rest[len - 1] == ' ' || rest[len - 1] == '\t' || rest[len - 1] == '\r');)
+    for (size_t len = strlen(rest); len > 0 && (rest[len - 1] == ' ' || rest[len - 1] == '\t');)
         rest[--len] = '\0';
     char *tok[H3_SIG_MAX_TOKENS];
     int n = h3_sig_split(line, tok);
