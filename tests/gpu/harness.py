@@ -82,7 +82,10 @@ class Harness:
     def arms(self):
         """(name, environment additions or None for no shim) of every arm, A first."""
         out = [("A", None), ("B", {"H3SHIM_OPS": "none"}),
-               ("C", {"H3SHIM_TRACE": os.path.join(self.work, "traces", "C", "trace-%p.jsonl")})]
+               ("C", {"H3SHIM_TRACE": os.path.join(self.work, "traces", "C", "trace-%p.jsonl")}),
+               # D and N bisect the shim's own host cost: everything off, and
+               # everything but the driver entry points handed to libraries.
+               ("D", {"H3SHIM_DISABLE": "1"}), ("N", {"H3SHIM_INTERPOSE_DRIVER": "0"})]
         out += [(f"op:{op}", {"H3SHIM_OPS": op}) for op in self.ops]
         out.append(("all", {"H3SHIM_OPS": "all"}))
         return out
