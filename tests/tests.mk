@@ -111,7 +111,12 @@ check-exports: $(B)/libh3shim.so
 	@! readelf -V $(B)/libh3shim.so | grep -q 'Version definition' || { echo "libh3shim.so defines a version node"; exit 1; }
 	@echo "== libh3shim.so needs no CUDA library and defines no version node"
 
-check: check-exports check-tailjump check-readme check-asan check-release
+# The signature recorder's tests (Python standard library only).
+check-record:
+	@echo "== scripts/record_signature.py tests"
+	python3 tests/record/test_record_signature.py
+
+check: check-exports check-tailjump check-readme check-record check-asan check-release
 
 $(B)/envtable: tests/tools/envtable.c shim/config.def
 	@mkdir -p $(@D)
