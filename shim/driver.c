@@ -43,9 +43,7 @@ _Static_assert(__builtin_types_compatible_p(__typeof__(&cuGetProcAddress_v2),
  * first when this is the first call). */
 static bool h3_driver_active(void)
 {
-    if (atomic_load_explicit(&h3_state, memory_order_acquire) == 0)
-        h3_init();
-    return atomic_load_explicit(&h3_state, memory_order_acquire) == 1 && h3_config.interpose_driver;
+    return h3_state_now() == 1 && h3_config.interpose_driver;
 }
 
 /* The hook for an interposed driver symbol name, or H3_FN_COUNT. */

@@ -148,6 +148,17 @@ void h3_init(void);
 /* Whether an intercepted call must be observed (traced or counted). */
 extern bool h3_observe;
 
+/* The shim's state, initialising it first if this is the first call. */
+static inline int h3_state_now(void)
+{
+    int state = atomic_load_explicit(&h3_state, memory_order_acquire);
+    if (__builtin_expect(state == 0, 0)) {
+        h3_init();
+        state = atomic_load_explicit(&h3_state, memory_order_acquire);
+    }
+    return state;
+}
+
 /* ---- resolve.c ---- */
 
 extern _Atomic(void *) h3_real[H3_FN_COUNT];

@@ -33,12 +33,7 @@ static inline bool h3_call_begin(struct h3_call *c, enum h3_fn fn)
 {
     if (H3_UNLIKELY(h3_depth != 0))
         return false;
-    int state = atomic_load_explicit(&h3_state, memory_order_acquire);
-    if (H3_UNLIKELY(state == 0)) {
-        h3_init();
-        state = atomic_load_explicit(&h3_state, memory_order_acquire);
-    }
-    if (state != 1 || !h3_observe)
+    if (h3_state_now() != 1 || !h3_observe)
         return false;
     h3_depth++;
     __builtin_memset(c, 0, offsetof(struct h3_call, u));
@@ -54,12 +49,7 @@ static inline bool h3_call_begin(struct h3_call *c, enum h3_fn fn)
  * something observes (the engine will need them always). */
 static inline bool h3_config_active(void)
 {
-    int state = atomic_load_explicit(&h3_state, memory_order_acquire);
-    if (H3_UNLIKELY(state == 0)) {
-        h3_init();
-        state = atomic_load_explicit(&h3_state, memory_order_acquire);
-    }
-    return state == 1 && h3_observe;
+    return h3_state_now() == 1 && h3_observe;
 }
 
 /* Finishes observing a call that h3_call_begin() accepted. */
