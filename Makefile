@@ -75,3 +75,13 @@ fuzz: $(B)/fuzz_sigfile
 	$(B)/fuzz_sigfile -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -artifact_prefix=$(B)/fuzz- \
 	  $(B)/fuzz-corpus tests/fuzz/corpus
 .PHONY: fuzz
+
+# Installs the library, h3sig and the signatures under PREFIX (default
+# /usr/local); the library finds PREFIX/share/h3shim/signatures by itself.
+PREFIX ?= /usr/local
+install: $(B)/libh3shim.so $(B)/h3sig
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/h3shim/signatures
+	install -m 0755 $(B)/libh3shim.so $(DESTDIR)$(PREFIX)/lib/libh3shim.so
+	install -m 0755 $(B)/h3sig $(DESTDIR)$(PREFIX)/bin/h3sig
+	install -m 0644 signatures/*.sig signatures/FORMAT.md $(DESTDIR)$(PREFIX)/share/h3shim/signatures/
+.PHONY: install

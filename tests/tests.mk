@@ -116,7 +116,18 @@ check-record:
 	@echo "== scripts/record_signature.py tests"
 	python3 tests/record/test_record_signature.py
 
-check: check-exports check-tailjump check-readme check-record check-asan check-release
+# An installed library finds its installed signatures.
+check-install: $(B)/libh3shim.so $(B)/h3sig $(B)/bench/bench_cpu
+	@rm -rf $(B)/install-test
+	@$(MAKE) --no-print-directory install PREFIX=$(CURDIR)/$(B)/install-test >/dev/null
+	@$(B)/install-test/bin/h3sig -q $(B)/install-test/share/h3shim/signatures/*.sig
+	@LD_PRELOAD=$(CURDIR)/$(B)/install-test/lib/libh3shim.so H3SHIM_DEBUG=INFO H3SHIM_DEBUG_SUBSYS=INIT \
+	  $(B)/bench/bench_cpu $(BENCH_DIR) cublasGemmEx 1000 2>&1 >/dev/null \
+	  | grep -q "share/h3shim/signatures/.*: model minimax-h3-vae-decoder" \
+	  || { echo "the installed library did not load its installed signatures"; exit 1; }
+	@echo "== make install: the installed library loads the installed signatures"
+
+check: check-exports check-tailjump check-readme check-record check-install check-asan check-release
 
 $(B)/envtable: tests/tools/envtable.c shim/config.def
 	@mkdir -p $(@D)
