@@ -66,12 +66,16 @@ static inline void h3_call_end(struct h3_call *c, long long result)
     h3_depth--;
 }
 
+/* Every wrapper starts here: the real function, or the library's error. */
+#define H3_REAL_OR_FAIL(lib, ret, name)                                          \
+    __typeof__(&name) real_ = (__typeof__(&name))h3_real_fn(H3_FN_##name);       \
+    if (H3_UNLIKELY(real_ == NULL))                                              \
+        return (ret)h3_fail_##lib
+
 #define H3_WRAP_LAUNCH(lib, ret, name, params, args, describe)                   \
     H3_EXPORT ret name params                                                    \
     {                                                                            \
-        __typeof__(&name) real_ = (__typeof__(&name))h3_real_fn(H3_FN_##name);   \
-        if (H3_UNLIKELY(real_ == NULL))                                          \
-            return (ret)h3_fail_##lib;                                           \
+        H3_REAL_OR_FAIL(lib, ret, name);                                         \
         struct h3_call call_;                                                    \
         struct h3_call *c = &call_;                                              \
         if (H3_LIKELY(!h3_call_begin(c, H3_FN_##name)))                          \
@@ -88,9 +92,7 @@ static inline void h3_call_end(struct h3_call *c, long long result)
 #define H3_WRAP_CONFIG(lib, ret, name, params, args, describe)                   \
     H3_EXPORT ret name params                                                    \
     {                                                                            \
-        __typeof__(&name) real_ = (__typeof__(&name))h3_real_fn(H3_FN_##name);   \
-        if (H3_UNLIKELY(real_ == NULL))                                          \
-            return (ret)h3_fail_##lib;                                           \
+        H3_REAL_OR_FAIL(lib, ret, name);                                         \
         ret r_ = real_ args;                                                     \
         if (r_ == 0 && h3_config_active())                                       \
             describe;                                                            \
