@@ -139,8 +139,10 @@ void h3_log_expand_path(const char *pattern, char *out, size_t outlen);
 
 /* Process state, valid after h3_init(). */
 extern atomic_int h3_state; /* 0 = not initialised, 1 = active, 2 = disabled */
-/* Non-zero while this thread runs shim code or an intercepted call. */
-extern _Thread_local int h3_depth;
+/* Non-zero while this thread runs shim code or an intercepted call.  Initial-
+ * exec TLS: read with one load, no call (the library is preloaded, so its
+ * TLS is in the initial block; a late dlopen still finds room for an int). */
+extern __attribute__((tls_model("initial-exec"))) _Thread_local int h3_depth;
 
 /* Idempotent, thread-safe lazy initialisation: reads the configuration, sets
  * up logging, trace and stats.  Touches no CUDA library. */

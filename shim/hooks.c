@@ -24,17 +24,19 @@ H3_LIB_LIST(H3_X)
 #undef H3_X
 
 /*
- * Starts observing a call.  Returns false when the call must simply be
- * forwarded: shim disabled, nested inside another intercepted call of this
- * thread (cuBLAS launching its kernels, the runtime launching through the
- * driver), or nothing to observe.
+ * Whether a call must be observed.  False when it must simply be forwarded:
+ * shim disabled, nested inside another intercepted call of this thread
+ * (cuBLAS launching its kernels, the runtime launching through the driver),
+ * or nothing to observe.
  */
-static inline bool h3_call_begin(struct h3_call *c, enum h3_fn fn)
+static inline bool h3_call_wanted(void)
 {
-    if (H3_UNLIKELY(h3_depth != 0))
-        return false;
-    if (h3_state_now() != 1 || !h3_observe)
-        return false;
+    return H3_LIKELY(h3_depth == 0) && h3_state_now() == 1 && h3_observe;
+}
+
+/* Starts observing a call that h3_call_wanted() accepted. */
+static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn)
+{
     h3_depth++;
     __builtin_memset(c, 0, offsetof(struct h3_call, u));
     c->fn = fn;
@@ -42,7 +44,6 @@ static inline bool h3_call_begin(struct h3_call *c, enum h3_fn fn)
     c->device = -1;
     if (c->detail)
         c->t0_ns = h3_now_ns();
-    return true;
 }
 
 /* Whether configuration calls must be remembered: the shim is active and
@@ -72,18 +73,44 @@ static inline void h3_call_end(struct h3_call *c, long long result)
     if (H3_UNLIKELY(real_ == NULL))                                              \
         return (ret)h3_fail_##lib
 
+/*
+ * Whether a call can be forwarded at once, decided from plain loads only (no
+ * function call, so the exported wrapper needs no frame): nested, disabled,
+ * or active with nothing observing.  Anything else takes the slow path.
+ */
+static inline bool h3_call_unwanted_fast(void)
+{
+    if (h3_depth != 0)
+        return true;
+    int state = atomic_load_explicit(&h3_state, memory_order_acquire);
+    return state == 2 || (state == 1 && !h3_observe);
+}
+
+/*
+ * The exported wrapper forwards with a tail jump when nothing observes, so
+ * the caller's arguments are never copied; the slow path (first call,
+ * resolution, observation) lives in a function of its own.
+ */
 #define H3_WRAP_LAUNCH(lib, ret, name, params, args, describe)                   \
-    H3_EXPORT ret name params                                                    \
+    __attribute__((noinline)) static ret h3_slow_##name params                   \
     {                                                                            \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
+        if (!h3_call_wanted())                                                   \
+            return real_ args;                                                   \
         struct h3_call call_;                                                    \
         struct h3_call *c = &call_;                                              \
-        if (H3_LIKELY(!h3_call_begin(c, H3_FN_##name)))                          \
-            return real_ args;                                                   \
+        h3_call_begin(c, H3_FN_##name);                                          \
         describe;                                                                \
         ret r_ = real_ args;                                                     \
         h3_call_end(c, (long long)r_);                                           \
         return r_;                                                               \
+    }                                                                            \
+    H3_EXPORT ret name params                                                    \
+    {                                                                            \
+        void *p_ = atomic_load_explicit(&h3_real[H3_FN_##name], memory_order_acquire); \
+        if (H3_LIKELY(p_ != NULL && h3_call_unwanted_fast()))                    \
+            return ((__typeof__(&name))p_) args;                                 \
+        return h3_slow_##name args;                                              \
     }
 #define H3_WRAP_LIBCALL H3_WRAP_LAUNCH
 #define H3_WRAP_PROCADDR(lib, ret, name, params, args, describe)

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 atomic_int h3_state;
-_Thread_local int h3_depth;
+__attribute__((tls_model("initial-exec"))) _Thread_local int h3_depth;
 bool h3_observe;
 
 static pthread_once_t h3_init_once = PTHREAD_ONCE_INIT;
