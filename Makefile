@@ -74,7 +74,18 @@ fuzz: $(B)/fuzz_sigfile
 	@mkdir -p $(B)/fuzz-corpus
 	$(B)/fuzz_sigfile -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -artifact_prefix=$(B)/fuzz- \
 	  $(B)/fuzz-corpus tests/fuzz/corpus
-.PHONY: fuzz
+
+# The same for the environment parser (shim/config.c).
+$(B)/fuzz_config: tests/fuzz/fuzz_config.c shim/config.c shim/log.c $(SHIM_HDR)
+	@mkdir -p $(@D)
+	clang $(CSTD) -g -O1 -fsanitize=fuzzer,address,undefined $(CUDA_CFLAGS) -Ishim -o $@ \
+	  tests/fuzz/fuzz_config.c shim/config.c shim/log.c
+
+fuzz-config: $(B)/fuzz_config
+	@mkdir -p $(B)/fuzz-corpus-config
+	$(B)/fuzz_config -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(B)/fuzz-config- \
+	  $(B)/fuzz-corpus-config tests/fuzz/corpus-config
+.PHONY: fuzz fuzz-config
 
 # Installs the library, h3sig and the signatures under PREFIX (default
 # /usr/local); the library finds PREFIX/share/h3shim/signatures by itself.
