@@ -79,6 +79,7 @@ struct h3_config {
     bool stats;
     bool trace_params;
     const char *signatures;
+    bool match;
     int debug_level;
     const char *debug_subsys;
     const char *debug_file;
@@ -259,6 +260,8 @@ struct h3_call {
     long long result;
     const char *decision;
     const char *reason;
+    const struct h3_sig *match_sig; /* the group this call was matched into */
+    uint32_t match_call;            /* its index in that group */
     union {
         struct h3_lt_desc lt;
         struct h3_gemm_desc gemm;
@@ -363,6 +366,21 @@ void h3_signatures_load(void);
 /* Number of signatures loaded and files rejected. */
 unsigned h3_signatures_count(void);
 unsigned h3_signatures_rejected(void);
+/* Signature `i` (< h3_signatures_count()). */
+const struct h3_sig *h3_signatures_get(unsigned i);
+
+/* ---- match.c: recognising the signatures' groups (H3SHIM_MATCH=1) ---- */
+
+/* Most pointer slots one signature call may have (the parser's bound). */
+#define H3_SIG_MAX_CALL_SLOTS 512
+/* Whether calls are matched: H3SHIM_MATCH=1 and a signature is loaded. */
+extern bool h3_match_on;
+/* Places an observed call in the signatures' groups: sets c->reason
+ * (group_call, group_complete, no_match) and c->match_*. */
+void h3_match_call(struct h3_call *c);
+/* One stats line per signature: instances complete and broken. */
+void h3_match_print_stats(void (*line)(const char *fmt, ...));
+void h3_match_reset(void);
 
 /* ---- cudnn.c ---- */
 

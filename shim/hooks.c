@@ -40,9 +40,9 @@ static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn)
     h3_depth++;
     __builtin_memset(c, 0, offsetof(struct h3_call, u));
     c->fn = fn;
-    c->detail = h3_trace_on;
+    c->detail = h3_trace_on || h3_match_on;
     c->device = -1;
-    if (c->detail)
+    if (h3_trace_on)
         c->t0_ns = h3_now_ns();
 }
 
@@ -58,9 +58,11 @@ static inline void h3_call_end(struct h3_call *c, long long result)
 {
     c->result = result;
     c->decision = "passthrough";
-    c->reason = "no_signatures";
+    c->reason = h3_signatures_count() == 0 ? "no_signatures" : "matching_off";
+    if (h3_match_on)
+        h3_match_call(c);
     h3_stats_count(c);
-    if (c->detail) {
+    if (h3_trace_on) {
         c->t1_ns = h3_now_ns();
         h3_trace_emit(c);
     }

@@ -152,3 +152,8 @@ unsigned h3_signatures_rejected(void)
 {
     return h3_nrejected;
 }
+
+const struct h3_sig *h3_signatures_get(unsigned i)
+{
+    return i < h3_nsigs ? h3_sigs[i] : NULL;
+}

@@ -291,6 +291,11 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
     h3_buf_json_str(b, c->decision);
     h3_buf_puts(b, ",\"reason\":");
     h3_buf_json_str(b, c->reason);
+    if (c->match_sig != NULL) {
+        h3_buf_puts(b, ",\"group\":");
+        h3_buf_json_str(b, c->match_sig->group);
+        h3_buf_printf(b, ",\"group_call\":%u", c->match_call);
+    }
     if (full && h3_config.trace_backtrace > 0) {
         void *frames[64];
         int n = h3_backtrace(frames, (int)h3_config.trace_backtrace);

@@ -86,12 +86,18 @@ ASAN_RT := $(shell $(CC) -print-file-name=libasan.so)
 CHECK_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
             CK_DEFAULT_TIMEOUT=60
 
-check-asan: $(B)/asan/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig
+# The recorded H3 block trace as a replay file for the matcher's tests.
+REPLAY_TRACE := tests/record/data/h3-block3-h200-torch2.11-v2.jsonl.gz
+$(B)/tests/h3-block3-replay.txt: $(REPLAY_TRACE) scripts/trace_replay.py
+	@mkdir -p $(@D)
+	python3 scripts/trace_replay.py $(REPLAY_TRACE) -o $@
+
+check-asan: $(B)/asan/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig $(B)/tests/h3-block3-replay.txt
 	@echo "== Check suites, sanitized library ($(B)/asan/libh3shim.so)"
 	$(CHECK_ENV) H3TEST_SHIM=$(B)/asan/libh3shim.so LD_PRELOAD="$(ASAN_RT) $(B)/asan/libh3shim.so" \
 	  $(B)/tests/check_h3shim
 
-check-release: $(B)/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig
+check-release: $(B)/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig $(B)/tests/h3-block3-replay.txt
 	@echo "== Check suites, release library ($(B)/libh3shim.so)"
 	$(CHECK_ENV) H3TEST_SHIM=$(B)/libh3shim.so LD_PRELOAD="$(ASAN_RT) $(B)/libh3shim.so" \
 	  $(B)/tests/check_h3shim

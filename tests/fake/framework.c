@@ -14,6 +14,7 @@
 #include "nvapi.h"
 #include "fake.h"
 #include "framework.h"
+#include "attrs.h"
 
 static void fw_fill(void *p, size_t n, uint64_t seed, int index)
 {
@@ -190,4 +191,184 @@ FAKE_EXPORT long fw_bench(const char *name, long n)
         return -1;
     }
     return failed;
+}
+
+/*
+ * Replays a call stream recorded on a GPU (scripts/trace_replay.py) through
+ * the fake stack, call by call, the way PyTorch issued it: launches through
+ * __cudaLaunchKernel with the recorded parameter bytes, cublasLtMatmul with
+ * descriptors created and destroyed around each call, cudnnBackendExecute
+ * with a variant pack built by cudnnBackendSetAttribute.  Returns the number
+ * of calls made, or -1 (with the line number in *bad_line) on a malformed
+ * line or a failed call.
+ */
+#define FW_REPLAY_KERNELS 128
+
+static struct {
+    char name[512];
+    struct fake_kernel k;
+} fw_replay_kernels[FW_REPLAY_KERNELS];
+static int fw_replay_nkernels;
+
+static struct fake_kernel *fw_replay_kernel(const char *name, unsigned nparams, const size_t *sizes)
+{
+    for (int i = 0; i < fw_replay_nkernels; i++)
+        if (strcmp(fw_replay_kernels[i].name, name) == 0)
+            return &fw_replay_kernels[i].k;
+    if (fw_replay_nkernels == FW_REPLAY_KERNELS || strlen(name) >= sizeof(fw_replay_kernels[0].name))
+        return NULL;
+    int i = fw_replay_nkernels++;
+    snprintf(fw_replay_kernels[i].name, sizeof(fw_replay_kernels[i].name), "%s", name);
+    fake_kernel_init(&fw_replay_kernels[i].k, fw_replay_kernels[i].name, nparams, sizes, fw_kernel_fn);
+    return &fw_replay_kernels[i].k;
+}
+
+static int fw_unhex(const char *hex, unsigned char *out, size_t n)
+{
+    if (strlen(hex) != 2 * n)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (unsigned char)v;
+    }
+    return 0;
+}
+
+static long long fw_replay_launch(char **tok, int n)
+{
+    if (n < 11)
+        return -1;
+    unsigned nparams = (unsigned)strtoul(tok[10], NULL, 10);
+    if (nparams > 16 || (unsigned)n != 11 + 2 * nparams)
+        return -1;
+    size_t sizes[16];
+    static unsigned char storage[16][4096];
+    void *args[16];
+    for (unsigned i = 0; i < nparams; i++) {
+        sizes[i] = strtoul(tok[11 + i], NULL, 10);
+        if (sizes[i] > sizeof(storage[0]) || fw_unhex(tok[11 + nparams + i], storage[i], sizes[i]) != 0)
+            return -1;
+        args[i] = storage[i];
+    }
+    struct fake_kernel *k = fw_replay_kernel(tok[1], nparams, sizes);
+    if (k == NULL)
+        return -1;
+    dim3 g = {(unsigned)atoi(tok[2]), (unsigned)atoi(tok[3]), (unsigned)atoi(tok[4])};
+    dim3 b = {(unsigned)atoi(tok[5]), (unsigned)atoi(tok[6]), (unsigned)atoi(tok[7])};
+    cudaStream_t s = (cudaStream_t)(uintptr_t)strtoull(tok[9], NULL, 16);
+    return __cudaLaunchKernel((cudaKernel_t)k, g, b, args, strtoul(tok[8], NULL, 10), s);
+}
+
+static void *fw_ptr(const char *s)
+{
+    return (void *)(uintptr_t)strtoull(s, NULL, 16);
+}
+
+static long long fw_replay_matmul(char **tok, int n)
+{
+    if (n != 14 + 4 * 7 + 9)
+        return -1;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatmulDescCreate(&desc, (cublasComputeType_t)atoi(tok[2]), (cudaDataType_t)atoi(tok[3]));
+    int32_t ta = atoi(tok[4]), tb = atoi(tok[5]);
+    uint32_t epi = (uint32_t)atoi(tok[6]);
+    void *bias = fw_ptr(tok[7]);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, 4);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, 4);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, 4);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    cublasLtMatrixLayout_t layout[4];
+    for (int i = 0; i < 4; i++) {
+        char **l = tok + 14 + 7 * i;
+        cublasLtMatrixLayoutCreate(&layout[i], (cudaDataType)atoi(l[0]), strtoull(l[2], NULL, 10),
+                                   strtoull(l[3], NULL, 10), strtoll(l[4], NULL, 10));
+        struct fake_attrs *a = (struct fake_attrs *)layout[i];
+        int32_t order = atoi(l[1]), batch = atoi(l[5]);
+        int64_t stride = strtoll(l[6], NULL, 10);
+        fake_attrs_set(a, CUBLASLT_MATRIX_LAYOUT_ORDER, &order, 4);
+        fake_attrs_set(a, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4);
+        fake_attrs_set(a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, 8);
+    }
+    cublasLtMatmulAlgo_t algo;
+    memset(&algo, 0, sizeof(algo));
+    static const cublasLtMatmulAlgoConfigAttributes_t keys[9] = {
+        CUBLASLT_ALGO_CONFIG_ID, CUBLASLT_ALGO_CONFIG_TILE_ID, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+        CUBLASLT_ALGO_CONFIG_SPLITK_NUM, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+        CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID};
+    for (int i = 0; i < 9; i++) {
+        uint32_t v = (uint32_t)strtoul(tok[42 + i], NULL, 10);
+        uint16_t v16 = (uint16_t)v;
+        bool small = keys[i] == CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID || keys[i] == CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID;
+        cublasLtMatmulAlgoConfigSetAttribute(&algo, keys[i], small ? (void *)&v16 : (void *)&v, small ? 2 : 4);
+    }
+    float alpha = 1, beta = 0;
+    cublasStatus_t r = cublasLtMatmul((cublasLtHandle_t)0x1, desc, &alpha, fw_ptr(tok[10]), layout[0], fw_ptr(tok[11]),
+                                      layout[1], &beta, fw_ptr(tok[12]), layout[2], fw_ptr(tok[13]),
+                                      layout[3], &algo, fw_ptr(tok[8]), strtoull(tok[9], NULL, 10),
+                                      (cudaStream_t)fw_ptr(tok[1]));
+    for (int i = 0; i < 4; i++)
+        cublasLtMatrixLayoutDestroy(layout[i]);
+    cublasLtMatmulDescDestroy(desc);
+    return r;
+}
+
+static long long fw_replay_cudnn(char **tok, int n)
+{
+    if (n < 5)
+        return -1;
+    int64_t count = strtoll(tok[4], NULL, 10);
+    if (count < 0 || count > 16 || n != 5 + 2 * count)
+        return -1;
+    int64_t uids[16];
+    void *ptrs[16];
+    for (int64_t i = 0; i < count; i++) {
+        uids[i] = strtoll(tok[5 + i], NULL, 10);
+        ptrs[i] = fw_ptr(tok[5 + count + i]);
+    }
+    void *ws = fw_ptr(tok[3]);
+    cudnnBackendDescriptor_t pack;
+    cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+    /* In the order cuDNN's frontend uses: workspace, pointers, ids. */
+    cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+    cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, ptrs);
+    cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, uids);
+    cudnnSetStream(fw_obj.dnn, (cudaStream_t)fw_ptr(tok[1]));
+    cudnnStatus_t r = cudnnBackendExecute(fw_obj.dnn, (cudnnBackendDescriptor_t)fw_ptr(tok[2]), pack);
+    cudnnBackendDestroyDescriptor(pack);
+    return r;
+}
+
+FAKE_EXPORT long fw_replay(const char *path, long *bad_line)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    fw_objects_make(1);
+    static char line[1 << 16];
+    char *tok[64];
+    long calls = 0, lineno = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        lineno++;
+        int n = 0;
+        char *save = NULL;
+        for (char *t = strtok_r(line, " \n", &save); t != NULL && n < 64; t = strtok_r(NULL, " \n", &save))
+            tok[n++] = t;
+        long long r = -1;
+        if (n > 0 && strcmp(tok[0], "L") == 0)
+            r = fw_replay_launch(tok, n);
+        else if (n > 0 && strcmp(tok[0], "M") == 0)
+            r = fw_replay_matmul(tok, n);
+        else if (n > 0 && strcmp(tok[0], "C") == 0)
+            r = fw_replay_cudnn(tok, n);
+        if (r != 0) {
+            *bad_line = lineno;
+            fclose(f);
+            return -1;
+        }
+        calls++;
+    }
+    fclose(f);
+    return calls;
 }

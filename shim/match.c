@@ -1,0 +1,259 @@
+/*
+ * The matcher: recognises the loaded signatures' groups in the call stream
+ * (H3SHIM_MATCH=1), and reports each call's place in them as its decision's
+ * reason.  It changes nothing: every call is still passed through.
+ *
+ * Owns: per-thread matching state (which call of each signature comes next
+ * on which stream, and the pointer values seen so far in the current
+ * instance) and the per-signature counts of complete and broken instances.
+ * Invariants: constant work per call and signature (one expected call is
+ * compared, and call 0 again after a break); a group is matched only when
+ * every call has the recorded identity and stable bytes and every pointer
+ * is wired as recorded.  State is per thread: a group's calls must come from
+ * one thread on one stream, as PyTorch issues them.
+ * Never: allocates after a thread's first observed call, or touches CUDA.
+ */
+#include "h3shim.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define H3_MATCH_MAX_SIGS 8
+
+struct h3_match_progress {
+    const struct h3_sig *sig;
+    uint32_t *base;   /* index of each call's first slot value in values[] */
+    uint64_t *values; /* pointer values of the current instance */
+    uint32_t next;    /* index of the call expected next; 0: none started */
+    const void *stream;
+};
+
+struct h3_matcher {
+    unsigned nsigs;
+    struct h3_match_progress p[H3_MATCH_MAX_SIGS];
+};
+
+struct h3_match_counts {
+    atomic_ulong complete, broken;
+    _Atomic(const char *) first_break;
+    atomic_uint first_break_call;
+};
+static struct h3_match_counts h3_match_counts[H3_MATCH_MAX_SIGS];
+
+bool h3_match_on;
+static pthread_key_t h3_match_key;
+static pthread_once_t h3_match_key_once = PTHREAD_ONCE_INIT;
+
+static void h3_matcher_free(void *arg)
+{
+    struct h3_matcher *m = arg;
+    for (unsigned i = 0; m != NULL && i < m->nsigs; i++) {
+        free(m->p[i].base);
+        free(m->p[i].values);
+    }
+    free(m);
+}
+
+static void h3_match_key_make(void)
+{
+    pthread_key_create(&h3_match_key, h3_matcher_free);
+}
+
+/* This thread's matcher, built at its first observed call; NULL if memory
+ * runs out (then nothing is matched on this thread). */
+static struct h3_matcher *h3_matcher_get(void)
+{
+    pthread_once(&h3_match_key_once, h3_match_key_make);
+    struct h3_matcher *m = pthread_getspecific(h3_match_key);
+    if (m != NULL)
+        return m;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    unsigned n = h3_signatures_count();
+    for (unsigned s = 0; s < n && s < H3_MATCH_MAX_SIGS; s++) {
+        const struct h3_sig *sig = h3_signatures_get(s);
+        struct h3_match_progress *p = &m->p[m->nsigs];
+        p->sig = sig;
+        p->base = calloc(sig->ncalls, sizeof(uint32_t));
+        uint32_t total = 0;
+        for (uint32_t c = 0; p->base != NULL && c < sig->ncalls; c++) {
+            p->base[c] = total;
+            total += sig->calls[c].nslots;
+        }
+        p->values = calloc(total > 0 ? total : 1, sizeof(uint64_t));
+        if (p->base == NULL || p->values == NULL) {
+            free(p->base);
+            free(p->values);
+            continue;
+        }
+        m->nsigs++;
+    }
+    pthread_setspecific(h3_match_key, m);
+    return m;
+}
+
+/* Whether a slot's value satisfies its reference in the current instance. */
+static bool h3_match_ref(const struct h3_match_progress *p, const struct h3_sig_slot *s, uint64_t v)
+{
+    switch (s->ref) {
+    case H3_REF_FIRST: return true;
+    case H3_REF_NULL: return v == 0;
+    case H3_REF_SLOT: return v == p->values[p->base[s->ref_call] + s->ref_slot] + (uint64_t)s->delta;
+    }
+    return false;
+}
+
+/* The description values of a cuBLASLt call in h3_sig_desc_keys order. */
+static void h3_match_lt_values(const struct h3_lt_desc *lt, int64_t *desc, int64_t *algo)
+{
+    int64_t head[10] = {lt->compute, lt->scale, lt->transa, lt->transb, lt->epilogue, lt->bias_type,
+                        lt->m,       lt->n,     lt->k,      (int64_t)lt->workspace};
+    memcpy(desc, head, sizeof(head));
+    const struct h3_lt_layout *l[4] = {&lt->a, &lt->b, &lt->c, &lt->d};
+    for (int i = 0; i < 4; i++) {
+        int64_t v[7] = {l[i]->type, l[i]->order, (int64_t)l[i]->rows, (int64_t)l[i]->cols,
+                        l[i]->ld,   l[i]->batch, l[i]->stride};
+        memcpy(desc + 10 + 7 * i, v, sizeof(v));
+    }
+    int64_t a[H3_SIG_ALGO_KEYS] = {lt->algo_id, lt->tile,    lt->stages,  lt->splitk, lt->reduction,
+                                   lt->swizzle, lt->custom, lt->cluster, lt->inner};
+    memcpy(algo, a, sizeof(a));
+}
+
+/*
+ * Compares call `c` with call `j` of the progress's signature; on a match
+ * stores its slot values and returns NULL, else returns why not.
+ */
+static const char *h3_match_one(struct h3_match_progress *p, uint32_t j, const struct h3_call *c)
+{
+    const struct h3_sig_call *sc = &p->sig->calls[j];
+    uint64_t v[H3_SIG_MAX_CALL_SLOTS];
+    if (sc->nslots > H3_SIG_MAX_CALL_SLOTS)
+        return "slots";
+    if (sc->kind == H3_SIG_LAUNCH) {
+        if (h3_hooks[c->fn].kind != H3_KIND_LAUNCH)
+            return "kind";
+        if (c->kernel == NULL || strcmp(c->kernel->name, sc->kernel) != 0)
+            return "kernel";
+        if (memcmp(c->grid, sc->grid, sizeof(c->grid)) != 0 || memcmp(c->block, sc->block, sizeof(c->block)) != 0 ||
+            c->shmem != sc->shmem)
+            return "config";
+        if (c->args == NULL || c->nparams != sc->nparams ||
+            memcmp(c->param_sizes, sc->param_sizes, sc->nparams * sizeof(uint16_t)) != 0)
+            return "params";
+        for (uint32_t i = 0; i < sc->nbytes; i++) {
+            const struct h3_sig_bytes *b = &sc->bytes[i];
+            if (memcmp((const char *)c->args[b->param] + b->offset, b->data, b->len) != 0)
+                return "bytes";
+        }
+        for (uint32_t i = 0; i < sc->nslots; i++)
+            memcpy(&v[i], (const char *)c->args[sc->slots[i].param] + sc->slots[i].offset, sizeof(uint64_t));
+    } else if (sc->kind == H3_SIG_MATMUL) {
+        if (c->fn != H3_FN_cublasLtMatmul)
+            return "kind";
+        int64_t desc[H3_SIG_DESC_KEYS], algo[H3_SIG_ALGO_KEYS];
+        h3_match_lt_values(&c->u.lt, desc, algo);
+        for (int k = 0; k < H3_SIG_DESC_KEYS; k++)
+            if ((sc->desc_present & (1ull << k)) && desc[k] != sc->desc[k])
+                return "matmul";
+        if (sc->algo_present != 0 && !c->u.lt.have_algo)
+            return "algo";
+        for (int k = 0; k < H3_SIG_ALGO_KEYS; k++)
+            if ((sc->algo_present & (1ull << k)) && algo[k] != sc->algo[k])
+                return "algo";
+        const void *ops[H3_SIG_OPERANDS] = {c->u.lt.A, c->u.lt.B, c->u.lt.C, c->u.lt.D, c->u.lt.bias};
+        for (uint32_t i = 0; i < sc->nslots; i++)
+            v[i] = (uint64_t)(uintptr_t)ops[sc->slots[i].param];
+    } else {
+        const struct h3_cudnn_desc *d = &c->u.dnn;
+        if (c->fn != H3_FN_cudnnBackendExecute)
+            return "kind";
+        if (!d->known || (uint64_t)d->count != sc->nuids ||
+            memcmp(d->uids, sc->uids, sc->nuids * sizeof(int64_t)) != 0)
+            return "uids";
+        for (uint32_t i = 0; i < sc->nslots; i++)
+            for (uint32_t u = 0; u < sc->nuids; u++)
+                if (sc->uids[u] == sc->slots[i].uid)
+                    v[i] = (uint64_t)(uintptr_t)d->ptrs[u];
+    }
+    for (uint32_t i = 0; i < sc->nslots; i++)
+        if (!h3_match_ref(p, &sc->slots[i], v[i]))
+            return "wiring";
+    memcpy(&p->values[p->base[j]], v, sc->nslots * sizeof(uint64_t));
+    return NULL;
+}
+
+/* Advances one signature's progress with call `c`; returns the reason. */
+static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, const struct h3_call *c)
+{
+    if (p->next > 0 && c->stream != p->stream)
+        return "other_stream";
+    if (p->next > 0) {
+        const char *why = h3_match_one(p, p->next, c);
+        if (why == NULL) {
+            if (++p->next < p->sig->ncalls)
+                return "group_call";
+            p->next = 0;
+            atomic_fetch_add_explicit(&h3_match_counts[s].complete, 1, memory_order_relaxed);
+            return "group_complete";
+        }
+        const char *expected = NULL;
+        if (atomic_compare_exchange_strong(&h3_match_counts[s].first_break, &expected, why))
+            atomic_store(&h3_match_counts[s].first_break_call, p->next);
+        atomic_fetch_add_explicit(&h3_match_counts[s].broken, 1, memory_order_relaxed);
+        p->next = 0;
+    }
+    if (h3_match_one(p, 0, c) != NULL)
+        return NULL;
+    if (p->sig->ncalls == 1) {
+        atomic_fetch_add_explicit(&h3_match_counts[s].complete, 1, memory_order_relaxed);
+        return "group_complete";
+    }
+    p->stream = c->stream;
+    p->next = 1;
+    return "group_call";
+}
+
+void h3_match_call(struct h3_call *c)
+{
+    struct h3_matcher *m = h3_matcher_get();
+    if (m == NULL)
+        return;
+    const char *reason = "no_match";
+    for (unsigned s = 0; s < m->nsigs; s++) {
+        const char *r = h3_match_advance(s, &m->p[s], c);
+        if (r != NULL && strcmp(reason, "no_match") == 0 && strcmp(r, "other_stream") != 0) {
+            reason = r;
+            c->match_sig = m->p[s].sig;
+            c->match_call = m->p[s].next == 0 ? m->p[s].sig->ncalls - 1 : m->p[s].next - 1;
+        }
+    }
+    c->reason = reason;
+}
+
+void h3_match_print_stats(void (*line)(const char *fmt, ...))
+{
+    unsigned n = h3_signatures_count();
+    for (unsigned s = 0; s < n && s < H3_MATCH_MAX_SIGS; s++) {
+        const struct h3_sig *sig = h3_signatures_get(s);
+        const char *why = atomic_load(&h3_match_counts[s].first_break);
+        unsigned long complete = atomic_load(&h3_match_counts[s].complete);
+        unsigned long broken = atomic_load(&h3_match_counts[s].broken);
+        if (why == NULL)
+            line("signature %s/%s: %lu complete, %lu broken", sig->model, sig->group, complete, broken);
+        else
+            line("signature %s/%s: %lu complete, %lu broken (first break: %s at call %u)", sig->model, sig->group,
+                 complete, broken, why, atomic_load(&h3_match_counts[s].first_break_call));
+    }
+}
+
+void h3_match_reset(void)
+{
+    for (unsigned s = 0; s < H3_MATCH_MAX_SIGS; s++) {
+        atomic_store(&h3_match_counts[s].complete, 0);
+        atomic_store(&h3_match_counts[s].broken, 0);
+        atomic_store(&h3_match_counts[s].first_break, NULL);
+    }
+}
