@@ -16,12 +16,6 @@
 
 typedef long fw_replay_fn(const char *path, long *bad_line);
 
-static char *repo_file(const char *rel)
-{
-    char *p = malloc(PATH_MAX);
-    snprintf(p, PATH_MAX, "%s/../../%s", t_fake_dir(), rel);
-    return p;
-}
 
 #define T_REPLAY "build/tests/h3-block3-replay.txt"
 #define T_INSTANCES 9 /* a warm-up and two requests of three blocks */
@@ -47,7 +41,7 @@ static size_t count(const char *text, const char *needle)
 
 static void setup_env(const char *trace)
 {
-    char *sigs = repo_file("signatures");
+    char *sigs = t_repo_path("signatures");
     setenv("H3SHIM_SIGNATURES", sigs, 1);
     setenv("H3SHIM_MATCH", "1", 1);
     setenv("H3SHIM_TRACE", trace, 1);
@@ -58,7 +52,7 @@ START_TEST(every_recorded_block_is_recognised)
 {
     char *trace = t_path("trace.jsonl");
     setup_env(trace);
-    char *path = repo_file(T_REPLAY);
+    char *path = t_repo_path(T_REPLAY);
     long calls = replay(path);
     char *text = t_read_file(trace, NULL);
     ck_assert_uint_eq(t_count_lines(text), (size_t)calls);
@@ -74,7 +68,7 @@ END_TEST
  * that contain `match`) edited: `from` replaced by `to` once. */
 static char *edited_replay(const char *match, int nth, const char *from, const char *to)
 {
-    char *src = repo_file(T_REPLAY);
+    char *src = t_repo_path(T_REPLAY);
     char *text = t_read_file(src, NULL);
     ck_assert(text != NULL);
     char *out = t_path("edited-replay.txt");
@@ -148,7 +142,7 @@ START_TEST(a_rewired_pointer_breaks_its_instance)
     /* The to_out GEMM (call 27, k = 2048 from 2048x2048 weights) of the third
      * instance reads a B that the recording says comes from nan_to_num: make
      * its address different from what nan_to_num wrote. */
-    char *src = repo_file(T_REPLAY);
+    char *src = t_repo_path(T_REPLAY);
     char *text = t_read_file(src, NULL);
     /* Find the 10th matmul line (third instance's call 27) and change its B pointer. */
     int n = 0;

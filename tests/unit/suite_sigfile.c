@@ -15,12 +15,6 @@
 #include "h3shim.h"
 #include "t_common.h"
 
-static char *repo_path(const char *rel)
-{
-    char *p = malloc(PATH_MAX);
-    snprintf(p, PATH_MAX, "%s/../../%s", t_fake_dir(), rel);
-    return p;
-}
 
 static struct h3_sig *parse_file(const char *path, char *err, size_t errlen)
 {
@@ -44,7 +38,7 @@ static char *print_sig(const struct h3_sig *s, size_t *len)
 START_TEST(valid_file_parses_and_round_trips)
 {
     char err[512];
-    char *path = repo_path("tests/sig/good/small.sig");
+    char *path = t_repo_path("tests/sig/good/small.sig");
     struct h3_sig *s = parse_file(path, err, sizeof(err));
     ck_assert_msg(s != NULL, "%s", err);
     ck_assert_uint_eq(s->ncalls, 4);
@@ -75,7 +69,7 @@ END_TEST
 
 START_TEST(committed_signatures_are_valid)
 {
-    char *dir = repo_path("signatures");
+    char *dir = t_repo_path("signatures");
     DIR *d = opendir(dir);
     ck_assert_msg(d != NULL, "no signatures/ directory");
     int n = 0;
@@ -98,7 +92,7 @@ END_TEST
 
 START_TEST(malformed_files_are_rejected_with_their_line)
 {
-    char *dir = repo_path("tests/sig/bad");
+    char *dir = t_repo_path("tests/sig/bad");
     DIR *d = opendir(dir);
     ck_assert(d != NULL);
     int n = 0;
@@ -127,7 +121,7 @@ END_TEST
 
 START_TEST(truncations_and_mutations_never_crash)
 {
-    char *path = repo_path("tests/sig/good/small.sig");
+    char *path = t_repo_path("tests/sig/good/small.sig");
     size_t len;
     char *text = t_read_file(path, &len);
     char err[512];
@@ -159,9 +153,9 @@ END_TEST
 START_TEST(h3sig_exit_status)
 {
     char cmd[3 * PATH_MAX];
-    char *tool = repo_path("build/h3sig");
-    char *good = repo_path("tests/sig/good/small.sig");
-    char *bad = repo_path("tests/sig/bad/overlap.sig");
+    char *tool = t_repo_path("build/h3sig");
+    char *good = t_repo_path("tests/sig/good/small.sig");
+    char *bad = t_repo_path("tests/sig/bad/overlap.sig");
     snprintf(cmd, sizeof(cmd), "env -u LD_PRELOAD '%s' -q '%s' 2>/dev/null", tool, good);
     ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
     snprintf(cmd, sizeof(cmd), "env -u LD_PRELOAD '%s' -q '%s' '%s' 2>/dev/null", tool, good, bad);
@@ -175,7 +169,7 @@ END_TEST
 START_TEST(library_reports_a_rejected_file_once)
 {
     const char *err = t_capture_stderr();
-    char *bad = repo_path("tests/sig/bad/bad-hex.sig");
+    char *bad = t_repo_path("tests/sig/bad/bad-hex.sig");
     setenv("H3SHIM_SIGNATURES", bad, 1);
     for (size_t i = 0; i < t_fw_nentries; i++)
         ck_assert_int_eq(t_call(t_fw_entries[i].name, i), 0);
@@ -191,7 +185,7 @@ END_TEST
 START_TEST(library_loads_a_directory)
 {
     const char *err = t_capture_stderr();
-    char *dir = repo_path("tests/sig/good");
+    char *dir = t_repo_path("tests/sig/good");
     setenv("H3SHIM_SIGNATURES", dir, 1);
     setenv("H3SHIM_DEBUG", "INFO", 1);
     setenv("H3SHIM_DEBUG_SUBSYS", "INIT", 1);

@@ -29,6 +29,13 @@ const char *t_fake_dir(void)
     return dir;
 }
 
+char *t_repo_path(const char *rel)
+{
+    char *p = malloc(PATH_MAX);
+    snprintf(p, PATH_MAX, "%s/../../%s", t_fake_dir(), rel);
+    return p;
+}
+
 const char *t_shim_path(void)
 {
     const char *p = getenv("H3TEST_SHIM");

@@ -16,6 +16,8 @@
 
 /* Directory of the fake libraries (build/fake). */
 const char *t_fake_dir(void);
+/* A path inside the repository (caller frees). */
+char *t_repo_path(const char *rel);
 /* Path of the preloaded shim under test (H3TEST_SHIM). */
 const char *t_shim_path(void);
 /* dlopen()s a library of build/fake with `flags`; fails the test if absent. */
