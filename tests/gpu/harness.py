@@ -85,7 +85,9 @@ class Harness:
                ("C", {"H3SHIM_TRACE": os.path.join(self.work, "traces", "C", "trace-%p.jsonl")}),
                # D and N bisect the shim's own host cost: everything off, and
                # everything but the driver entry points handed to libraries.
-               ("D", {"H3SHIM_DISABLE": "1"}), ("N", {"H3SHIM_INTERPOSE_DRIVER": "0"})]
+               ("D", {"H3SHIM_DISABLE": "1"}), ("N", {"H3SHIM_INTERPOSE_DRIVER": "0"}),
+               # M runs the matcher: every block call must be recognised.
+               ("M", {"H3SHIM_MATCH": "1"})]
         out += [(f"op:{op}", {"H3SHIM_OPS": op}) for op in self.ops]
         out.append(("all", {"H3SHIM_OPS": "all"}))
         return out
@@ -248,10 +250,25 @@ class Harness:
                 os.remove(out)
             if arm == "C":
                 c["trace"] = self.trace_summary(os.path.join(self.work, "traces", "C"), (doc or {}))
+            if arm == "M" and doc is not None:
+                self.check_matcher(c.get("shim_stats") or "", doc)
             entry["correctness"] = c
             self.log(f"correctness {arm}: {c['status']}")
         if reference:
             os.remove(reference)
+
+    def check_matcher(self, stats, doc):
+        """Arm M: the stats must show one complete instance of the block
+        signature per block call (warm-up included), and none broken."""
+        m = re.search(r"signature \S+/block: (\d+) complete, (\d+) broken(.*)", stats)
+        expected = doc["plan"]["block_calls"] * (1 + len(doc.get("requests", [])))
+        if m is None:
+            self.check("matcher_recognises_blocks", "FAIL: no signature line in the stats (signature not loaded?)")
+            return
+        complete, broken = int(m.group(1)), int(m.group(2))
+        status = "pass" if complete == expected else "FAIL"
+        self.check("matcher_recognises_blocks", f"{status} ({complete} of {expected} block calls recognised, "
+                                                f"{broken} broken attempts{m.group(3)})")
 
     def trace_summary(self, directory, doc):
         """trace_stats.py summary of the trace a serve.py run wrote into `directory`."""
