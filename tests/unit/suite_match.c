@@ -64,9 +64,17 @@ START_TEST(every_recorded_block_is_recognised)
 }
 END_TEST
 
-/* Writes a copy of the replay with line `nth` (1-based, counting only lines
- * that contain `match`) edited: `from` replaced by `to` once. */
-static char *edited_replay(const char *match, int nth, const char *from, const char *to)
+/* One edit of the replay: in the `nth` line (1-based) containing `match`,
+ * token number `token` becomes `to`, or with `to` NULL the pointer it holds
+ * plus 1 MiB. */
+struct t_edit {
+    const char *match;
+    int nth, token;
+    const char *to;
+};
+static struct t_edit t_edit;
+
+static char *edited_replay(void)
 {
     char *src = t_repo_path(T_REPLAY);
     char *text = t_read_file(src, NULL);
@@ -76,13 +84,20 @@ static char *edited_replay(const char *match, int nth, const char *from, const c
     int seen = 0;
     bool done = false;
     for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
-        char *at;
-        if (!done && strstr(line, match) != NULL && ++seen == nth && (at = strstr(line, from)) != NULL) {
-            fprintf(f, "%.*s%s%s\n", (int)(at - line), line, to, at + strlen(from));
-            done = true;
-        } else {
+        if (done || strstr(line, t_edit.match) == NULL || ++seen != t_edit.nth) {
             fprintf(f, "%s\n", line);
+            continue;
         }
+        char *tok = line;
+        for (int i = 0; i < t_edit.token && tok != NULL; i++)
+            tok = strchr(tok, ' ') != NULL ? strchr(tok, ' ') + 1 : NULL;
+        ck_assert_msg(tok != NULL, "line has no token %d", t_edit.token);
+        size_t len = strcspn(tok, " ");
+        char moved[32];
+        if (t_edit.to == NULL)
+            snprintf(moved, sizeof(moved), "%llx", strtoull(tok, NULL, 16) + 0x100000);
+        fprintf(f, "%.*s%s%s\n", (int)(tok - line), line, t_edit.to != NULL ? t_edit.to : moved, tok + len);
+        done = true;
     }
     fclose(f);
     ck_assert_msg(done, "no line to edit");
@@ -91,89 +106,54 @@ static char *edited_replay(const char *match, int nth, const char *from, const c
     return out;
 }
 
-static const char *t_edit_match, *t_edit_from, *t_edit_to;
-static int t_edit_nth;
-
 static void replay_edited_child(void)
 {
     setup_env(t_path("trace-edited.jsonl"));
     setenv("H3SHIM_STATS", "1", 1);
-    replay(edited_replay(t_edit_match, t_edit_nth, t_edit_from, t_edit_to));
+    replay(edited_replay());
 }
 
-/* Replays with one edit; returns the stats and checks that one instance is
- * not complete.  ("broken" can count more: after a break, a later call that
- * looks like the group's first call, such as norm2 for norm1, starts an
- * attempt that breaks at the next call.) */
-static char *replay_one_broken(void)
+/* Replays with the edit and checks that exactly one instance is no longer
+ * complete and that the first break has the expected cause.  ("broken" can
+ * count more: after a break, a later call that looks like the group's first
+ * call, such as norm2 for norm1, starts an attempt that breaks at once.) */
+static void expect_one_broken(const char *cause)
 {
     const char *err = t_capture_stderr();
     ck_assert_int_eq(t_in_child(replay_edited_child), 0);
     char *trace = t_read_file(t_path("trace-edited.jsonl"), NULL);
     ck_assert_uint_eq(count(trace, "\"reason\":\"group_complete\""), T_INSTANCES - 1);
+    char *stats = t_read_file(err, NULL);
+    ck_assert_msg(strstr(stats, "8 complete, ") != NULL && strstr(stats, cause) != NULL, "%s", stats);
+    free(stats);
     free(trace);
-    return t_read_file(err, NULL);
 }
 
+/* Replay line tokens: L NAME GX GY GZ BX BY BZ SHMEM STREAM N SIZES... HEX...
+ * and M STREAM COMPUTE SCALE TRANSA TRANSB EPILOGUE BIAS WS WSSIZE A B ... */
 START_TEST(a_changed_launch_breaks_its_instance)
 {
     /* The SiLU launch of the fifth block instance (call 35) gets another grid. */
-    t_edit_match = "silu_kernel", t_edit_nth = 5, t_edit_from = " 28752 1 1 ", t_edit_to = " 28751 1 1 ";
-    char *stats = replay_one_broken();
-    ck_assert_msg(strstr(stats, "8 complete, ") != NULL && strstr(stats, "(first break: config at call 35)") != NULL,
-                  "%s", stats);
-    free(stats);
+    t_edit = (struct t_edit){"silu_kernel", 5, 2, "28751"};
+    expect_one_broken("(first break: config at call 35)");
 }
 END_TEST
 
 START_TEST(a_changed_stable_byte_breaks_its_instance)
 {
-    /* The q norm's epsilon (call 6, a layer_norm of 57504 rows) in the second instance. */
-    t_edit_match = " 57504 1 1 ", t_edit_nth = 3, t_edit_from = " acc52737 ", t_edit_to = " acc52738 ";
-    char *stats = replay_one_broken();
-    ck_assert_msg(strstr(stats, "8 complete, ") != NULL && strstr(stats, "(first break: bytes at call 6)") != NULL,
-                  "%s", stats);
-    free(stats);
+    /* The q norm's epsilon (call 6, a layer_norm of 57504 rows, 8 parameters:
+     * parameter 1's bytes are token 11 + 8 + 1) in the second instance. */
+    t_edit = (struct t_edit){" 57504 1 1 ", 3, 20, "acc52738"};
+    expect_one_broken("(first break: bytes at call 6)");
 }
 END_TEST
 
 START_TEST(a_rewired_pointer_breaks_its_instance)
 {
-    /* The to_out GEMM (call 27, k = 2048 from 2048x2048 weights) of the third
-     * instance reads a B that the recording says comes from nan_to_num: make
-     * its address different from what nan_to_num wrote. */
-    char *src = t_repo_path(T_REPLAY);
-    char *text = t_read_file(src, NULL);
-    /* Find the 10th matmul line (third instance's call 27) and change its B pointer. */
-    int n = 0;
-    char *line = text, *target = NULL;
-    while (line != NULL && *line != '\0') {
-        if (strncmp(line, "M ", 2) == 0 && ++n == 10)
-            target = line;
-        char *nl = strchr(line, '\n');
-        line = nl != NULL ? nl + 1 : NULL;
-    }
-    ck_assert(target != NULL);
-    char *tok = target;
-    for (int i = 0; i < 11; i++)
-        tok = strchr(tok, ' ') + 1; /* token 11 is B */
-    char *end = strchr(tok, ' ');
-    char b[64];
-    snprintf(b, sizeof(b), "%.*s", (int)(end - tok), tok);
-    t_edit_nth = 1, t_edit_from = b;
-    static char moved[64];
-    snprintf(moved, sizeof(moved), "%llx", strtoull(b, NULL, 16) + 0x100000);
-    t_edit_to = moved;
-    /* Edit the matmul line itself, found by its prefix up to B. */
-    static char prefix[256];
-    snprintf(prefix, sizeof(prefix), "%.*s", (int)(end - target), target);
-    t_edit_match = prefix;
-    char *stats = replay_one_broken();
-    ck_assert_msg(strstr(stats, "8 complete, ") != NULL && strstr(stats, "(first break: wiring at call 27)") != NULL,
-                  "%s", stats);
-    free(stats);
-    free(text);
-    free(src);
+    /* The to_out GEMM of the third instance (call 27, the tenth GEMM) reads B
+     * from nan_to_num's output: move its B elsewhere. */
+    t_edit = (struct t_edit){"M 0 ", 10, 11, NULL};
+    expect_one_broken("(first break: wiring at call 27)");
 }
 END_TEST
 
