@@ -54,7 +54,9 @@ cublasLtMatmul and cuBLAS GEMM and the cuDNN workspaces. An 8-byte word at an
 instance, it is 0 or within 256 MiB of such an address, and it is not 0 in
 every instance (a word that is always 0 is recorded as bytes); each accepted
 word adds its values to the known addresses, until no further word is
-accepted. Matmul operands A, B, C, D and bias are always slots; a cuDNN unique
+accepted. An accepted word that is 0 in some instances only is padding, not a
+pointer (a kernel's pointer is null always or never): it is masked, with a
+note in the file. Matmul operands A, B, C, D and bias are always slots; a cuDNN unique
 id gets a slot when its pointer passes the same test (a pointer to a host
 scalar on the stack gets none).
 
@@ -482,6 +484,7 @@ class Position:
     slots: list = field(default_factory=list)
     ranges: list = field(default_factory=list)  # (parameter, offset, bytes) that must match
     notes: list = field(default_factory=list)  # comment lines written above the call
+    masked: set = field(default_factory=set)  # (parameter, offset) of 8-byte words never compared
 
     @property
     def kind(self):
@@ -572,7 +575,14 @@ def find_slots(positions, instances, traces):
                 if v:
                     m.add(v)
     for pos, place, values in candidates:
-        if (pos.index, place) in accepted:
+        if (pos.index, place) not in accepted:
+            continue
+        if any(v == 0 for v in values):
+            # A pointer the kernel reads is 0 in every instance or in none; a word that is 0 in
+            # some only is padding (the unused entries of CatArrayBatchedCopy's input array).
+            pos.masked.add(place)
+            pos.notes.append(f"word {place[0]} {place[1]}: 0 in some instances only: padding, masked")
+        else:
             pos.slots.append(Slot(place, values))
     for pos in positions:
         if pos.kind == MATMUL:
@@ -603,7 +613,7 @@ def find_cudnn_slots(pos, owners):
 
 def find_bytes(pos):
     """The byte ranges of a launch's parameters that are equal in every instance and are not masked."""
-    masked = {s.place for s in pos.slots}
+    masked = {s.place for s in pos.slots} | pos.masked
     for p, size in enumerate(pos.calls[0].identity[6]):
         datas = [c.params[p] for c in pos.calls]
         keep = [all(d[b] == datas[0][b] for d in datas) for b in range(size)]
@@ -665,7 +675,7 @@ def wire(positions):
                 slot.ref = "null"
                 continue
             if any(slot.values[i] == 0 for i in known):
-                fail(f"{slot_name(pos, sid)}: the pointer is 0 in some instances and not in others")
+                fail(f"{slot_name(pos, sid)}: the pointer is 0 in some instances and not in others")  # matmul, cuDNN
             seen = set()
             for c, s, values in earlier:
                 for i in known:

@@ -98,7 +98,7 @@ static struct h3_matcher *h3_matcher_get(void)
 static bool h3_match_ref(const struct h3_match_progress *p, const struct h3_sig_slot *s, uint64_t v)
 {
     switch (s->ref) {
-    case H3_REF_FIRST: return true;
+    case H3_REF_FIRST: return v != 0; /* recorded non-null in every instance */
     case H3_REF_NULL: return v == 0;
     case H3_REF_SLOT: return v == p->values[p->base[s->ref_call] + s->ref_slot] + (uint64_t)s->delta;
     }
