@@ -14,6 +14,7 @@ static void h3_fork_child(void)
     h3_trace_after_fork_child();
     h3_stats_reset();
     h3_match_reset();
+    h3_engine_after_fork_child();
     H3_INFO(H3_SUB_FORK, "fork child: trace and stats restarted");
 }
 

@@ -49,7 +49,7 @@ enum h3_lib {
     H3_LIB_COUNT
 };
 
-enum h3_kind { H3_KIND_LAUNCH, H3_KIND_LIBCALL, H3_KIND_PROCADDR, H3_KIND_CONFIG };
+enum h3_kind { H3_KIND_LAUNCH, H3_KIND_LIBCALL, H3_KIND_PROCADDR, H3_KIND_CONFIG, H3_KIND_SYNC };
 
 enum h3_fn {
 #define H3_HOOK(lib, kind, ret, name, params, args, describe) H3_FN_##name,
@@ -80,6 +80,10 @@ struct h3_config {
     bool trace_params;
     const char *signatures;
     bool match;
+    bool engine;
+    bool op_replay;
+    long engine_max_calls;
+    long engine_max_bytes;
     int debug_level;
     const char *debug_subsys;
     const char *debug_file;
@@ -104,7 +108,8 @@ enum h3_subsys {
     H3_SUB_CONFIG = 1u << 5,
     H3_SUB_STATS = 1u << 6,
     H3_SUB_FORK = 1u << 7,
-    H3_SUB_ALL = 0xffu
+    H3_SUB_ENGINE = 1u << 8,
+    H3_SUB_ALL = 0x1ffu
 };
 
 extern int h3_log_level;
@@ -248,6 +253,7 @@ struct h3_call {
     uint64_t seq;
     uint64_t t0_ns, t1_ns;
     const void *stream;
+    const void *handle; /* launches: the kernel handle or host stub as passed */
     const struct h3_kernel *kernel;
     unsigned grid[3], block[3];
     unsigned shmem;
@@ -262,6 +268,10 @@ struct h3_call {
     const char *reason;
     const struct h3_sig *match_sig; /* the group this call was matched into */
     uint32_t match_call;            /* its index in that group */
+    uint32_t flushed;               /* deferred calls issued before this one */
+    const char *flush_reason;       /* why they were (a string literal) */
+    const char *op;                 /* the op that ran at this call, or NULL */
+    uint32_t op_calls;              /* the calls that op was given */
     union {
         struct h3_lt_desc lt;
         struct h3_gemm_desc gemm;
@@ -291,6 +301,7 @@ void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int6
 void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
                            cudnnBackendDescriptor_t pack);
 void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int version, uint64_t flags);
+void h3_desc_sync(struct h3_call *c, const void *stream);
 
 /* ---- sigfile.c: signature files (signatures/FORMAT.md) ---- */
 
@@ -381,6 +392,29 @@ void h3_match_call(struct h3_call *c);
 /* One stats line per signature: instances complete and broken. */
 void h3_match_print_stats(void (*line)(const char *fmt, ...));
 void h3_match_reset(void);
+/* Ends every group in progress on this thread: a call that submits work or
+ * synchronises came between its calls (counted as a break, cause "foreign"). */
+void h3_match_interrupt(void);
+
+/* ---- engine.c: deferral, flush and the ops (H3SHIM_ENGINE) ---- */
+
+/* Whether the engine may defer launches: matching on, H3SHIM_ENGINE on and an
+ * op enabled.  Set by h3_engine_setup(). */
+extern bool h3_engine_on;
+/* Chooses the ops and builds the per-signature group tables; after the
+ * signatures are loaded. */
+void h3_engine_setup(void);
+/* Decides an observed call before it is forwarded: matches it, flushes this
+ * thread's deferred launches when the call does not continue their group,
+ * defers it when it belongs to an op's group, and runs the op when the group
+ * is complete.  Returns true when the call was deferred or executed by an op
+ * (the wrapper must not forward it and returns success). */
+bool h3_engine_before(struct h3_call *c);
+/* One stats block: deferred calls, op runs, flushes by reason. */
+void h3_engine_print_stats(void (*line)(const char *fmt, ...));
+void h3_engine_reset(void);
+/* In a fork child: the parent's deferred launches are dropped, not issued. */
+void h3_engine_after_fork_child(void);
 
 /* ---- cudnn.c ---- */
 

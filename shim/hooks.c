@@ -53,14 +53,11 @@ static inline bool h3_config_active(void)
     return h3_state_now() == 1 && h3_observe;
 }
 
-/* Finishes observing a call that h3_call_begin() accepted. */
+/* Finishes observing a call that h3_call_begin() accepted and the engine
+ * decided (h3_engine_before). */
 static inline void h3_call_end(struct h3_call *c, long long result)
 {
     c->result = result;
-    c->decision = "passthrough";
-    c->reason = h3_signatures_count() == 0 ? "no_signatures" : "matching_off";
-    if (h3_match_on)
-        h3_match_call(c);
     h3_stats_count(c);
     if (h3_trace_on) {
         c->t1_ns = h3_now_ns();
@@ -103,7 +100,9 @@ static inline bool h3_call_unwanted_fast(void)
         struct h3_call *c = &call_;                                              \
         h3_call_begin(c, H3_FN_##name);                                          \
         describe;                                                                \
-        ret r_ = real_ args;                                                     \
+        /* Deferred or run by an op: the caller sees success, as from a     */  \
+        /* launch (every entry point the engine defers returns 0 then).     */  \
+        ret r_ = h3_engine_before(c) ? (ret)0 : real_ args;                     \
         h3_call_end(c, (long long)r_);                                           \
         return r_;                                                               \
     }                                                                            \
@@ -115,6 +114,7 @@ static inline bool h3_call_unwanted_fast(void)
         return h3_slow_##name args;                                              \
     }
 #define H3_WRAP_LIBCALL H3_WRAP_LAUNCH
+#define H3_WRAP_SYNC H3_WRAP_LAUNCH
 #define H3_WRAP_PROCADDR(lib, ret, name, params, args, describe)
 
 /* Configuration calls: forwarded first; what succeeded is remembered. */

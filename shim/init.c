@@ -37,11 +37,12 @@ static void h3_init_run(void)
     }
     h3_trace_open();
     h3_signatures_load();
-    h3_match_on = h3_config.match && h3_signatures_count() > 0;
+    h3_engine_setup();
+    h3_match_on = (h3_config.match || h3_engine_on) && h3_signatures_count() > 0;
     h3_observe = h3_trace_on || h3_config.stats || h3_match_on;
     h3_fork_setup();
-    H3_INFO(H3_SUB_INIT, "active: trace %s, stats %s", h3_trace_on ? "on" : "off",
-            h3_config.stats ? "on" : "off");
+    H3_INFO(H3_SUB_INIT, "active: trace %s, stats %s, matching %s, engine %s", h3_trace_on ? "on" : "off",
+            h3_config.stats ? "on" : "off", h3_match_on ? "on" : "off", h3_engine_on ? "on" : "off");
     atomic_store_explicit(&h3_state, 1, memory_order_release);
     h3_depth--;
 }

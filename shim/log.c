@@ -27,7 +27,7 @@ static const struct {
 } h3_subsys_names[] = {
     {"INIT", H3_SUB_INIT},   {"RESOLVE", H3_SUB_RESOLVE}, {"HOOK", H3_SUB_HOOK},
     {"DRIVER", H3_SUB_DRIVER}, {"TRACE", H3_SUB_TRACE},   {"CONFIG", H3_SUB_CONFIG},
-    {"STATS", H3_SUB_STATS}, {"FORK", H3_SUB_FORK},       {"ALL", H3_SUB_ALL},
+    {"STATS", H3_SUB_STATS}, {"FORK", H3_SUB_FORK},       {"ENGINE", H3_SUB_ENGINE}, {"ALL", H3_SUB_ALL},
 };
 
 void h3_log_expand_path(const char *pattern, char *out, size_t outlen)

@@ -40,6 +40,7 @@ struct h3_match_counts {
     atomic_uint first_break_call;
 };
 static struct h3_match_counts h3_match_counts[H3_MATCH_MAX_SIGS];
+static void h3_match_count_break(unsigned s, const char *why, uint32_t at);
 
 bool h3_match_on;
 static pthread_key_t h3_match_key;
@@ -199,10 +200,7 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
             atomic_fetch_add_explicit(&h3_match_counts[s].complete, 1, memory_order_relaxed);
             return "group_complete";
         }
-        const char *expected = NULL;
-        if (atomic_compare_exchange_strong(&h3_match_counts[s].first_break, &expected, why))
-            atomic_store(&h3_match_counts[s].first_break_call, p->next);
-        atomic_fetch_add_explicit(&h3_match_counts[s].broken, 1, memory_order_relaxed);
+        h3_match_count_break(s, why, p->next);
         p->next = 0;
     }
     if (h3_match_one(p, 0, c) != NULL)
@@ -214,6 +212,26 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
     p->stream = c->stream;
     p->next = 1;
     return "group_call";
+}
+
+/* Counts a break of signature `s`'s instance in progress, and why. */
+static void h3_match_count_break(unsigned s, const char *why, uint32_t at)
+{
+    const char *expected = NULL;
+    if (atomic_compare_exchange_strong(&h3_match_counts[s].first_break, &expected, why))
+        atomic_store(&h3_match_counts[s].first_break_call, at);
+    atomic_fetch_add_explicit(&h3_match_counts[s].broken, 1, memory_order_relaxed);
+}
+
+void h3_match_interrupt(void)
+{
+    pthread_once(&h3_match_key_once, h3_match_key_make);
+    struct h3_matcher *m = pthread_getspecific(h3_match_key);
+    for (unsigned s = 0; m != NULL && s < m->nsigs; s++) {
+        if (m->p[s].next > 0)
+            h3_match_count_break(s, "foreign", m->p[s].next);
+        m->p[s].next = 0;
+    }
 }
 
 void h3_match_call(struct h3_call *c)

@@ -28,6 +28,43 @@ CUresult cuLaunchKernel_ptsz(CUfunction, unsigned int, unsigned int, unsigned in
                              unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *, CUfunction, void **, void **);
 CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+/* The per-thread-stream forms of the synchronising calls: the same types. */
+__typeof__(cudaMemcpyAsync) cudaMemcpyAsync_ptsz;
+__typeof__(cudaMemcpy2DAsync) cudaMemcpy2DAsync_ptsz;
+__typeof__(cudaMemcpyPeerAsync) cudaMemcpyPeerAsync_ptsz;
+__typeof__(cudaMemsetAsync) cudaMemsetAsync_ptsz;
+__typeof__(cudaEventRecord) cudaEventRecord_ptsz;
+__typeof__(cudaEventRecordWithFlags) cudaEventRecordWithFlags_ptsz;
+__typeof__(cudaStreamWaitEvent) cudaStreamWaitEvent_ptsz;
+__typeof__(cudaStreamSynchronize) cudaStreamSynchronize_ptsz;
+__typeof__(cudaStreamQuery) cudaStreamQuery_ptsz;
+__typeof__(cudaFreeAsync) cudaFreeAsync_ptsz;
+__typeof__(cudaStreamBeginCapture) cudaStreamBeginCapture_ptsz;
+__typeof__(cudaStreamEndCapture) cudaStreamEndCapture_ptsz;
+__typeof__(cudaLaunchHostFunc) cudaLaunchHostFunc_ptsz;
+__typeof__(cudaGraphLaunch) cudaGraphLaunch_ptsz;
+__typeof__(cuMemcpy) cuMemcpy_ptds;
+__typeof__(cuMemcpyAsync) cuMemcpyAsync_ptsz;
+__typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds;
+__typeof__(cuMemcpyDtoH_v2) cuMemcpyDtoH_v2_ptds;
+__typeof__(cuMemcpyDtoD_v2) cuMemcpyDtoD_v2_ptds;
+__typeof__(cuMemcpyHtoDAsync_v2) cuMemcpyHtoDAsync_v2_ptsz;
+__typeof__(cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync_v2_ptsz;
+__typeof__(cuMemcpyDtoDAsync_v2) cuMemcpyDtoDAsync_v2_ptsz;
+__typeof__(cuMemsetD8_v2) cuMemsetD8_v2_ptds;
+__typeof__(cuMemsetD32_v2) cuMemsetD32_v2_ptds;
+__typeof__(cuMemsetD8Async) cuMemsetD8Async_ptsz;
+__typeof__(cuMemsetD32Async) cuMemsetD32Async_ptsz;
+__typeof__(cuEventRecord) cuEventRecord_ptsz;
+__typeof__(cuEventRecordWithFlags) cuEventRecordWithFlags_ptsz;
+__typeof__(cuStreamWaitEvent) cuStreamWaitEvent_ptsz;
+__typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz;
+__typeof__(cuStreamQuery) cuStreamQuery_ptsz;
+__typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
+__typeof__(cuStreamBeginCapture_v2) cuStreamBeginCapture_v2_ptsz;
+__typeof__(cuStreamEndCapture) cuStreamEndCapture_ptsz;
+__typeof__(cuLaunchHostFunc) cuLaunchHostFunc_ptsz;
+__typeof__(cuGraphLaunch) cuGraphLaunch_ptsz;
 cublasStatus_t cublasHgemm(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                            const struct __half *, const struct __half *, int, const struct __half *,
                            int, const struct __half *, struct __half *, int);

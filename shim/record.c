@@ -183,10 +183,11 @@ void h3_record_each_kernel(void (*fn)(const struct h3_kernel *k, void *arg), voi
 }
 
 /* Fills the fields every launch has, and the fingerprint of its shape. */
-static void h3_desc_launch(struct h3_call *c, struct h3_kernel *k, unsigned gx, unsigned gy,
-                           unsigned gz, unsigned bx, unsigned by, unsigned bz, size_t shmem,
+static void h3_desc_launch(struct h3_call *c, const void *handle, struct h3_kernel *k, unsigned gx,
+                           unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, size_t shmem,
                            const void *stream, void **args, void **extra)
 {
+    c->handle = handle;
     c->kernel = k;
     c->args = args;
     c->extra = extra;
@@ -218,14 +219,14 @@ static void h3_desc_launch(struct h3_call *c, struct h3_kernel *k, unsigned gx, 
 void h3_desc_rt_kernel(struct h3_call *c, cudaKernel_t kernel, dim3 grid, dim3 block, void **args,
                        size_t shmem, cudaStream_t stream)
 {
-    h3_desc_launch(c, h3_kernel_get(kernel, H3_HANDLE_KERNEL), grid.x, grid.y, grid.z, block.x,
+    h3_desc_launch(c, kernel, h3_kernel_get(kernel, H3_HANDLE_KERNEL), grid.x, grid.y, grid.z, block.x,
                    block.y, block.z, shmem, stream, args, NULL);
 }
 
 void h3_desc_rt_func(struct h3_call *c, const void *func, dim3 grid, dim3 block, void **args,
                      size_t shmem, cudaStream_t stream)
 {
-    h3_desc_launch(c, h3_kernel_get(func, H3_HANDLE_HOST_STUB), grid.x, grid.y, grid.z, block.x,
+    h3_desc_launch(c, func, h3_kernel_get(func, H3_HANDLE_HOST_STUB), grid.x, grid.y, grid.z, block.x,
                    block.y, block.z, shmem, stream, args, NULL);
 }
 
@@ -233,7 +234,7 @@ void h3_desc_rt_exc(struct h3_call *c, const cudaLaunchConfig_t *config, const v
 {
     if (config == NULL)
         return;
-    h3_desc_launch(c, h3_kernel_get(func, H3_HANDLE_HOST_STUB), config->gridDim.x,
+    h3_desc_launch(c, func, h3_kernel_get(func, H3_HANDLE_HOST_STUB), config->gridDim.x,
                    config->gridDim.y, config->gridDim.z, config->blockDim.x, config->blockDim.y,
                    config->blockDim.z, config->dynamicSmemBytes, config->stream, args, NULL);
 }
@@ -242,7 +243,7 @@ void h3_desc_drv_launch(struct h3_call *c, CUfunction f, unsigned gx, unsigned g
                         unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream stream,
                         void **params, void **extra)
 {
-    h3_desc_launch(c, h3_kernel_get(f, H3_HANDLE_FUNC), gx, gy, gz, bx, by, bz, shmem, stream,
+    h3_desc_launch(c, f, h3_kernel_get(f, H3_HANDLE_FUNC), gx, gy, gz, bx, by, bz, shmem, stream,
                    params, extra);
 }
 
@@ -251,7 +252,7 @@ void h3_desc_drv_launch_ex(struct h3_call *c, const CUlaunchConfig *config, CUfu
 {
     if (config == NULL)
         return;
-    h3_desc_launch(c, h3_kernel_get(f, H3_HANDLE_FUNC), config->gridDimX, config->gridDimY,
+    h3_desc_launch(c, f, h3_kernel_get(f, H3_HANDLE_FUNC), config->gridDimX, config->gridDimY,
                    config->gridDimZ, config->blockDimX, config->blockDimY, config->blockDimZ,
                    config->sharedMemBytes, config->hStream, params, extra);
 }
@@ -378,4 +379,9 @@ void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int ver
 {
     c->u.pa = (struct h3_procaddr_desc){symbol, pfn, version, flags};
     c->fp = symbol != NULL ? h3_hash(H3_HASH_SEED, symbol, strlen(symbol)) : 0;
+}
+
+void h3_desc_sync(struct h3_call *c, const void *stream)
+{
+    c->stream = stream;
 }

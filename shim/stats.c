@@ -142,8 +142,10 @@ void h3_stats_print(void)
             h3_stats_line("%12lu %.150s", r.rows[i].calls, r.rows[i].k->pretty);
         free(r.rows);
     }
-    if (h3_match_on)
+    if (h3_match_on) {
         h3_match_print_stats(h3_stats_line);
+        h3_engine_print_stats(h3_stats_line);
+    }
     h3_stats_line("%-12s %-24s %s", "decision", "reason", "calls");
     for (unsigned i = 0; i < H3_DECISION_SLOTS; i++) {
         const char *dec = atomic_load(&h3_decisions[i].decision);

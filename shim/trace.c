@@ -296,6 +296,15 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
         h3_buf_json_str(b, c->match_sig->group);
         h3_buf_printf(b, ",\"group_call\":%u", c->match_call);
     }
+    if (c->flushed != 0) {
+        h3_buf_printf(b, ",\"flushed\":%u,\"flush_reason\":", c->flushed);
+        h3_buf_json_str(b, c->flush_reason);
+    }
+    if (c->op != NULL) {
+        h3_buf_puts(b, ",\"op\":");
+        h3_buf_json_str(b, c->op);
+        h3_buf_printf(b, ",\"op_calls\":%u", c->op_calls);
+    }
     if (full && h3_config.trace_backtrace > 0) {
         void *frames[64];
         int n = h3_backtrace(frames, (int)h3_config.trace_backtrace);

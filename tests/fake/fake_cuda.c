@@ -7,11 +7,24 @@
 #include "nvapi.h"
 #include "fake.h"
 
-static CUresult run(const void *handle, void **params)
+/*
+ * Runs a kernel and logs its execution as an entry "exec": the handle, the
+ * launch configuration, the stream and a hash of the parameter bytes (what
+ * the kernel would see; the tests compare executions by it, since a launch
+ * that was held back and issued later passes a copy of the parameters).
+ */
+static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                    unsigned bz, unsigned shmem, CUstream stream, void **params)
 {
     struct fake_kernel *k = fake_kernel_lookup(handle);
     if (k == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned i = 0; i < k->nparams && params != NULL; i++)
+        for (size_t b = 0; b < k->sizes[i]; b++)
+            h = (h ^ ((const unsigned char *)params[i])[b]) * 0x100000001b3ull;
+    uint64_t words[10] = {(uint64_t)(uintptr_t)handle, gx, gy, gz, bx, by, bz, shmem, (uint64_t)(uintptr_t)stream, h};
+    fakelog_call("cuda", "exec", 10, words, 0);
     fake_kernel_run(k, params);
     return CUDA_SUCCESS;
 }
@@ -87,10 +100,17 @@ static long long fake_behave(const char *fn, void **argp)
         return CUDA_ERROR_NOT_FOUND;
     }
     if (strcmp(fn, "cuLaunchKernel") == 0 || strcmp(fn, "cuLaunchKernel_ptsz") == 0)
-        return run(*(CUfunction *)argp[0], *(void ***)argp[9]);
-    if (strcmp(fn, "cuLaunchKernelEx") == 0 || strcmp(fn, "cuLaunchKernelEx_ptsz") == 0)
-        return run(*(CUfunction *)argp[1], *(void ***)argp[2]);
-    return CUDA_ERROR_NOT_SUPPORTED;
+        return run(*(CUfunction *)argp[0], *(unsigned *)argp[1], *(unsigned *)argp[2], *(unsigned *)argp[3],
+                   *(unsigned *)argp[4], *(unsigned *)argp[5], *(unsigned *)argp[6], *(unsigned *)argp[7],
+                   *(CUstream *)argp[8], *(void ***)argp[9]);
+    if (strcmp(fn, "cuLaunchKernelEx") == 0 || strcmp(fn, "cuLaunchKernelEx_ptsz") == 0) {
+        const CUlaunchConfig *c = *(const CUlaunchConfig **)argp[0];
+        if (c == NULL)
+            return CUDA_ERROR_INVALID_VALUE;
+        return run(*(CUfunction *)argp[1], c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+                   c->blockDimZ, c->sharedMemBytes, c->hStream, *(void ***)argp[2]);
+    }
+    return CUDA_SUCCESS; /* memcpy, memset, events, synchronisation: logged, nothing to do */
 }
 
 #define FAKE_LIB_CUDA

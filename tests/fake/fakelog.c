@@ -11,7 +11,7 @@
 #include "fake.h"
 
 #define FAKELOG_MAX 65536
-#define FAKELOG_RESULTS 32
+#define FAKELOG_RESULTS 256
 
 static struct fakelog_entry entries[FAKELOG_MAX];
 static size_t count;

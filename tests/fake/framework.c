@@ -127,20 +127,26 @@ static void fw_objects_make(uint64_t seed)
      Cdesc = fw_obj.lt_layout[2], Ddesc = fw_obj.lt_layout[3], algo = &fw_obj.lt_algo)
 #define h3_desc_gemm(c, handle, ...) (handle = fw_obj.blas)
 #define h3_desc_cudnn_execute(c, handle, plan, pack) (handle = fw_obj.dnn, pack = fw_obj.pack)
+/* A synchronising call's arguments are forwarded, never read. */
+#define h3_desc_sync(c, stream) ((void)0)
 #define h3_cudnn_note_set(desc, attr, type, count, elements)                                       \
     (desc = fw_obj.pack, attr = CUDNN_ATTR_VARIANT_PACK_WORKSPACE, type = CUDNN_TYPE_VOID_PTR, count = 1, \
      elements = &fw_obj.workspace)
 
 #define FW_UNPAREN(...) __VA_ARGS__
 #define FW_DECL(i, decl) decl;
+/* The declarations of `params`, none for `(void)` (whose `args` are `()`). */
+#define FW_DECLS(params, args) FW_DECLS_(params, FW_UNPAREN args)
+#define FW_DECLS_(params, ...) __VA_OPT__(FAKE_FOR_EACH(FW_DECL, FW_UNPAREN params))
 #define FW_FILL(i, x) fw_fill(&(x), sizeof(x), seed, i);
 #define FW_WORD(i, x) sent[i] = fake_arg_word(&(x), sizeof(x));
 
 #define H3_HOOK(lib, kind, ret, name, params, args, describe)            \
     static long long fw_call_##name(uint64_t seed, uint64_t *sent, int *nargs) \
     {                                                                     \
-        FAKE_FOR_EACH(FW_DECL, FW_UNPAREN params)                         \
+        FW_DECLS(params, args)                                            \
         FAKE_FOR_EACH(FW_FILL, FW_UNPAREN args)                           \
+        (void)sent;                                                       \
         fw_objects_make(seed);                                            \
         describe;                                                         \
         FAKE_FOR_EACH(FW_WORD, FW_UNPAREN args)                           \

@@ -18,8 +18,8 @@
 #define FAKE_STUB(libname, ret, name, params, args)                                    \
     FAKE_EXPORT ret name params                                                        \
     {                                                                                  \
-        uint64_t args_[FAKE_MAX_ARGS];                                                 \
-        void *argp_[FAKE_MAX_ARGS];                                                    \
+        uint64_t args_[FAKE_MAX_ARGS] = {0};                                               \
+        void *argp_[FAKE_MAX_ARGS] = {0};                                                  \
         FAKE_FOR_EACH(FAKE_WORD, FAKE_UNPAREN args)                                    \
         FAKE_FOR_EACH(FAKE_ADDR, FAKE_UNPAREN args)                                    \
         long long injected_ = fakelog_result(#name, LLONG_MIN);                        \
