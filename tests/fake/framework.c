@@ -9,6 +9,7 @@
  * recorded, and the call is made.  Tests compare the words sent with the
  * words the fake library received.
  */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "nvapi.h"
@@ -215,18 +216,23 @@ static struct {
     struct fake_kernel k;
 } fw_replay_kernels[FW_REPLAY_KERNELS];
 static int fw_replay_nkernels;
+static pthread_mutex_t fw_replay_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct fake_kernel *fw_replay_kernel(const char *name, unsigned nparams, const size_t *sizes)
 {
-    for (int i = 0; i < fw_replay_nkernels; i++)
+    struct fake_kernel *k = NULL;
+    pthread_mutex_lock(&fw_replay_lock);
+    for (int i = 0; i < fw_replay_nkernels && k == NULL; i++)
         if (strcmp(fw_replay_kernels[i].name, name) == 0)
-            return &fw_replay_kernels[i].k;
-    if (fw_replay_nkernels == FW_REPLAY_KERNELS || strlen(name) >= sizeof(fw_replay_kernels[0].name))
-        return NULL;
-    int i = fw_replay_nkernels++;
-    snprintf(fw_replay_kernels[i].name, sizeof(fw_replay_kernels[i].name), "%s", name);
-    fake_kernel_init(&fw_replay_kernels[i].k, fw_replay_kernels[i].name, nparams, sizes, fw_kernel_fn);
-    return &fw_replay_kernels[i].k;
+            k = &fw_replay_kernels[i].k;
+    if (k == NULL && fw_replay_nkernels < FW_REPLAY_KERNELS && strlen(name) < sizeof(fw_replay_kernels[0].name)) {
+        int i = fw_replay_nkernels++;
+        snprintf(fw_replay_kernels[i].name, sizeof(fw_replay_kernels[i].name), "%s", name);
+        fake_kernel_init(&fw_replay_kernels[i].k, fw_replay_kernels[i].name, nparams, sizes, fw_kernel_fn);
+        k = &fw_replay_kernels[i].k;
+    }
+    pthread_mutex_unlock(&fw_replay_lock);
+    return k;
 }
 
 static int fw_unhex(const char *hex, unsigned char *out, size_t n)
@@ -242,7 +248,13 @@ static int fw_unhex(const char *hex, unsigned char *out, size_t n)
     return 0;
 }
 
-static long long fw_replay_launch(char **tok, int n)
+/* The stream a replayed call goes to: the recorded one unless overridden. */
+static cudaStream_t fw_replay_stream(const char *tok, uintptr_t override)
+{
+    return (cudaStream_t)(override != 0 ? override : (uintptr_t)strtoull(tok, NULL, 16));
+}
+
+static long long fw_replay_launch(char **tok, int n, uintptr_t stream)
 {
     if (n < 11)
         return -1;
@@ -250,7 +262,7 @@ static long long fw_replay_launch(char **tok, int n)
     if (nparams > 16 || (unsigned)n != 11 + 2 * nparams)
         return -1;
     size_t sizes[16];
-    static unsigned char storage[16][4096];
+    static _Thread_local unsigned char storage[16][4096];
     void *args[16];
     for (unsigned i = 0; i < nparams; i++) {
         sizes[i] = strtoul(tok[11 + i], NULL, 10);
@@ -263,8 +275,7 @@ static long long fw_replay_launch(char **tok, int n)
         return -1;
     dim3 g = {(unsigned)atoi(tok[2]), (unsigned)atoi(tok[3]), (unsigned)atoi(tok[4])};
     dim3 b = {(unsigned)atoi(tok[5]), (unsigned)atoi(tok[6]), (unsigned)atoi(tok[7])};
-    cudaStream_t s = (cudaStream_t)(uintptr_t)strtoull(tok[9], NULL, 16);
-    return __cudaLaunchKernel((cudaKernel_t)k, g, b, args, strtoul(tok[8], NULL, 10), s);
+    return __cudaLaunchKernel((cudaKernel_t)k, g, b, args, strtoul(tok[8], NULL, 10), fw_replay_stream(tok[9], stream));
 }
 
 static void *fw_ptr(const char *s)
@@ -272,7 +283,7 @@ static void *fw_ptr(const char *s)
     return (void *)(uintptr_t)strtoull(s, NULL, 16);
 }
 
-static long long fw_replay_matmul(char **tok, int n)
+static long long fw_replay_matmul(char **tok, int n, uintptr_t stream)
 {
     if (n != 14 + 4 * 7 + 9)
         return -1;
@@ -313,14 +324,14 @@ static long long fw_replay_matmul(char **tok, int n)
     cublasStatus_t r = cublasLtMatmul((cublasLtHandle_t)0x1, desc, &alpha, fw_ptr(tok[10]), layout[0], fw_ptr(tok[11]),
                                       layout[1], &beta, fw_ptr(tok[12]), layout[2], fw_ptr(tok[13]),
                                       layout[3], &algo, fw_ptr(tok[8]), strtoull(tok[9], NULL, 10),
-                                      (cudaStream_t)fw_ptr(tok[1]));
+                                      fw_replay_stream(tok[1], stream));
     for (int i = 0; i < 4; i++)
         cublasLtMatrixLayoutDestroy(layout[i]);
     cublasLtMatmulDescDestroy(desc);
     return r;
 }
 
-static long long fw_replay_cudnn(char **tok, int n)
+static long long fw_replay_cudnn(char **tok, int n, uintptr_t stream)
 {
     if (n < 5)
         return -1;
@@ -340,19 +351,50 @@ static long long fw_replay_cudnn(char **tok, int n)
     cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
     cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, ptrs);
     cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, uids);
-    cudnnSetStream(fw_obj.dnn, (cudaStream_t)fw_ptr(tok[1]));
+    cudnnSetStream(fw_obj.dnn, fw_replay_stream(tok[1], stream));
     cudnnStatus_t r = cudnnBackendExecute(fw_obj.dnn, (cudnnBackendDescriptor_t)fw_ptr(tok[2]), pack);
     cudnnBackendDestroyDescriptor(pack);
     return r;
 }
 
+/* Makes the call fw_replay_with() inserts before a call on `stream`. */
+static long long fw_insert(enum fw_insert what, cudaStream_t stream)
+{
+    static char host[64];
+    void *args[3] = {&fw_obj.param_values[0], &fw_obj.param_values[1], &fw_obj.param_values[2]};
+    dim3 one = {1, 1, 1};
+    switch (what) {
+    case FW_INSERT_NONE: return 0;
+    case FW_INSERT_STREAM_SYNC: return cudaStreamSynchronize(stream);
+    case FW_INSERT_MEMSET: return cudaMemsetAsync((void *)0x7000, 0, 64, stream);
+    case FW_INSERT_EVENT: return cudaEventRecord((cudaEvent_t)0x8000, stream);
+    case FW_INSERT_DRIVER_COPY: return cuMemcpyDtoHAsync_v2(host, (CUdeviceptr)0x9000, sizeof(host), (CUstream)stream);
+    case FW_INSERT_KERNEL: return __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, args, 0, stream);
+    case FW_INSERT_OTHER_STREAM:
+        return __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, args, 0,
+                                  (cudaStream_t)((uintptr_t)stream + 0x10000));
+    case FW_INSERT_COUNT: break;
+    }
+    return -1;
+}
+
+FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *opts, long *bad_line);
+
 FAKE_EXPORT long fw_replay(const char *path, long *bad_line)
 {
+    return fw_replay_with(path, NULL, bad_line);
+}
+
+FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *opts, long *bad_line)
+{
+    struct fw_replay_opts none = {-1, FW_INSERT_NONE, 0};
+    const struct fw_replay_opts *o = opts != NULL ? opts : &none;
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return -1;
+    fw_setup();
     fw_objects_make(1);
-    static char line[1 << 16];
+    static _Thread_local char line[1 << 16];
     char *tok[64];
     long calls = 0, lineno = 0;
     while (fgets(line, sizeof(line), f) != NULL) {
@@ -362,12 +404,18 @@ FAKE_EXPORT long fw_replay(const char *path, long *bad_line)
         for (char *t = strtok_r(line, " \n", &save); t != NULL && n < 64; t = strtok_r(NULL, " \n", &save))
             tok[n++] = t;
         long long r = -1;
+        if (calls == o->insert_before && n > 1 &&
+            fw_insert(o->insert, fw_replay_stream(tok[strcmp(tok[0], "L") == 0 ? 9 : 1], o->stream)) != 0) {
+            *bad_line = lineno;
+            fclose(f);
+            return -1;
+        }
         if (n > 0 && strcmp(tok[0], "L") == 0)
-            r = fw_replay_launch(tok, n);
+            r = fw_replay_launch(tok, n, o->stream);
         else if (n > 0 && strcmp(tok[0], "M") == 0)
-            r = fw_replay_matmul(tok, n);
+            r = fw_replay_matmul(tok, n, o->stream);
         else if (n > 0 && strcmp(tok[0], "C") == 0)
-            r = fw_replay_cudnn(tok, n);
+            r = fw_replay_cudnn(tok, n, o->stream);
         if (r != 0) {
             *bad_line = lineno;
             fclose(f);

@@ -14,7 +14,27 @@ struct fw_entry {
     long long (*call)(uint64_t seed, uint64_t *sent, int *nargs);
 };
 
+/* What fw_replay_with() adds to a replayed call stream. */
+enum fw_insert {
+    FW_INSERT_NONE,
+    FW_INSERT_STREAM_SYNC,  /* cudaStreamSynchronize on the next call's stream */
+    FW_INSERT_MEMSET,       /* cudaMemsetAsync on that stream */
+    FW_INSERT_EVENT,        /* cudaEventRecord on that stream */
+    FW_INSERT_DRIVER_COPY,  /* cuMemcpyDtoHAsync_v2 on that stream */
+    FW_INSERT_KERNEL,       /* a launch of another kernel on that stream */
+    FW_INSERT_OTHER_STREAM, /* a launch of another kernel on another stream */
+    FW_INSERT_COUNT
+};
+
+struct fw_replay_opts {
+    long insert_before;    /* replay call index (0-based) before which to insert; -1: none */
+    enum fw_insert insert;
+    uintptr_t stream;      /* when nonzero, every call goes to this stream */
+};
+
 typedef void fw_setup_fn(void);
+typedef long fw_replay_fn(const char *path, long *bad_line);
+typedef long fw_replay_with_fn(const char *path, const struct fw_replay_opts *opts, long *bad_line);
 typedef long long fw_call_fn(const char *name, uint64_t seed, uint64_t *sent, int *nargs);
 
 #endif

@@ -50,7 +50,7 @@ bool t_json_valid(const char *text, size_t len);
 bool t_json_get(const char *obj, size_t len, const char *key, char *out, size_t outlen);
 
 /* Suites, registered in one list (check_main.c). */
-#define T_SUITES(X) X(hooks) X(driver) X(trace) X(config) X(sigfile) X(match)
+#define T_SUITES(X) X(hooks) X(driver) X(trace) X(config) X(sigfile) X(match) X(engine)
 #define T_DECL(name) Suite *t_suite_##name(void);
 T_SUITES(T_DECL)
 #undef T_DECL

@@ -1,0 +1,382 @@
+/*
+ * The engine, on the real call stream: the H3 block trace recorded on the
+ * H200 is replayed through the fake stack with H3SHIM_OP_REPLAY=1, with
+ * foreign calls inserted at every position of one block instance, on several
+ * streams and threads.  The oracle is what the fake libraries executed (each
+ * kernel with a hash of its parameter bytes, every other call with its
+ * arguments), compared with the same replay under H3SHIM_DISABLE=1.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "t_common.h"
+
+#define T_REPLAY "build/tests/h3-block3-replay.txt"
+#define T_INSTANCES 9
+#define T_BLOCK 42
+
+/* What a child replays, and where it writes what the fakes executed. */
+static struct {
+    struct fw_replay_opts opts;
+    int threads; /* 0: replay on this thread; 2: on two threads, streams 0x1000 and 0x2000 */
+    const char *log, *err, *trace;
+} t_run;
+
+/* One line per executed call: launches as their "exec" entry, library calls
+ * by name (their descriptors are made per call), anything else with its
+ * arguments.  The entry points' own launch records are left out: the
+ * argument array a held-back launch passes is a copy. */
+static void write_log(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert(f != NULL);
+    struct fakelog_entry e;
+    for (size_t i = 0; fakelog_get(i, &e); i++) {
+        if (strncmp(e.fn, "__cudaLaunchKernel", 18) == 0 || strncmp(e.fn, "cudaLaunchKernel", 16) == 0 ||
+            strncmp(e.fn, "cuLaunchKernel", 14) == 0)
+            continue;
+        fprintf(f, "%s", e.fn);
+        bool library = strcmp(e.lib, "cublasLt") == 0 || strcmp(e.lib, "cublas") == 0 ||
+                       strcmp(e.lib, "cudnn") == 0 || strncmp(e.fn, "cuGetProcAddress", 16) == 0;
+        for (int a = 0; !library && a < e.nargs; a++)
+            fprintf(f, " %llx", (unsigned long long)e.args[a]);
+        fprintf(f, " -> %lld\n", e.ret);
+    }
+    fclose(f);
+}
+
+static void *replay_thread(void *arg)
+{
+    fw_replay_with_fn *fn = (fw_replay_with_fn *)dlsym(t_load("libh3fakeframework.so", RTLD_NOW | RTLD_LOCAL),
+                                                       "fw_replay_with");
+    char *path = t_repo_path(T_REPLAY);
+    long bad = 0;
+    long n = fn(path, arg, &bad);
+    free(path);
+    return (void *)(intptr_t)(n > 0 ? 0 : 1);
+}
+
+static void replay_child(void)
+{
+    if (freopen(t_run.err, "w", stderr) == NULL)
+        exit(3);
+    char *sigs = t_repo_path("signatures");
+    setenv("H3SHIM_SIGNATURES", sigs, 1);
+    setenv("H3SHIM_STATS", "1", 1);
+    if (t_run.trace != NULL)
+        setenv("H3SHIM_TRACE", t_run.trace, 1);
+    free(sigs);
+    if (t_run.threads == 0) {
+        if (replay_thread(&t_run.opts) != NULL)
+            exit(4);
+    } else {
+        pthread_t th[2];
+        struct fw_replay_opts o[2] = {t_run.opts, t_run.opts};
+        o[0].stream = 0x1000, o[1].stream = 0x2000;
+        for (int i = 0; i < 2; i++)
+            ck_assert_int_eq(pthread_create(&th[i], NULL, replay_thread, &o[i]), 0);
+        for (int i = 0; i < 2; i++) {
+            void *r;
+            pthread_join(th[i], &r);
+            if (r != NULL)
+                exit(4);
+        }
+    }
+    write_log(t_run.log);
+}
+
+/* Replays in a child with `env` ("NAME=VALUE" pairs, NULL-terminated) set;
+ * returns the execution log, and the stats in *stats. */
+static char *replay_with(const char *tag, const char *const *env, char **stats)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "log-%s.txt", tag);
+    t_run.log = t_path(name);
+    snprintf(name, sizeof(name), "err-%s.txt", tag);
+    t_run.err = t_path(name);
+    for (const char *const *e = env; *e != NULL; e++) {
+        char var[128];
+        snprintf(var, sizeof(var), "%s", *e);
+        char *eq = strchr(var, '=');
+        *eq = '\0';
+        setenv(var, eq + 1, 1);
+    }
+    int status = t_in_child(replay_child);
+    for (const char *const *e = env; *e != NULL; e++) {
+        char var[128];
+        snprintf(var, sizeof(var), "%s", *e);
+        *strchr(var, '=') = '\0';
+        unsetenv(var);
+    }
+    ck_assert_msg(status == 0, "replay child (%s) exited with %d", tag, status);
+    if (stats != NULL)
+        *stats = t_read_file(t_run.err, NULL);
+    char *log = t_read_file(t_run.log, NULL);
+    ck_assert(log != NULL);
+    return log;
+}
+
+static const char *const t_disabled[] = {"H3SHIM_DISABLE=1", NULL};
+static const char *const t_replay_op[] = {"H3SHIM_OP_REPLAY=1", NULL};
+
+/* A number from the stats: the unsigned integer after `key`, or -1. */
+static long stat_after(const char *stats, const char *key)
+{
+    const char *p = strstr(stats, key);
+    return p != NULL ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
+/* Deferred launches are issued exactly once: by the op or by a flush. */
+static void check_accounting(const char *stats)
+{
+    long deferred = stat_after(stats, "engine: ");
+    long op_calls = 0, flushed = 0;
+    const char *p = strstr(stats, "groups run (");
+    if (p != NULL)
+        op_calls = strtol(p + strlen("groups run ("), NULL, 10);
+    for (p = strstr(stats, "groups issued untouched ("); p != NULL;
+         p = strstr(p + 1, "groups issued untouched ("))
+        flushed += strtol(p + strlen("groups issued untouched ("), NULL, 10);
+    ck_assert_msg(deferred >= 0 && deferred == op_calls + flushed,
+                  "deferred %ld, issued by the op %ld, by flushes %ld", deferred, op_calls, flushed);
+}
+
+/*
+ * The block's layout, from a traced replay with the matcher: the replay call
+ * where the fifth complete instance starts, and for each of its calls the
+ * last call of its group (-1 for library calls).
+ */
+static struct {
+    long start;
+    int last[T_BLOCK];
+    int groups;
+} t_block;
+
+static void learn_block(void)
+{
+    t_run.trace = t_path("layout.jsonl");
+    static const char *const env[] = {"H3SHIM_MATCH=1", NULL};
+    free(replay_with("layout", env, NULL));
+    t_run.trace = NULL;
+    char *text = t_read_file(t_path("layout.jsonl"), NULL);
+    ck_assert(text != NULL);
+    size_t nlines = t_count_lines(text);
+    char **lines = calloc(nlines, sizeof(char *));
+    size_t n = 0;
+    for (char *l = strtok(text, "\n"); l != NULL; l = strtok(NULL, "\n"))
+        lines[n++] = l;
+    int complete = 0;
+    t_block.start = -1;
+    for (size_t i = 0; i + T_BLOCK <= n && t_block.start < 0; i++)
+        if ((strstr(lines[i], "\"group_call\":0,") != NULL || strstr(lines[i], "\"group_call\":0}") != NULL) &&
+            strstr(lines[i + T_BLOCK - 1], "\"reason\":\"group_complete\"") != NULL && ++complete == 5)
+            t_block.start = (long)i;
+    ck_assert_int_ge(t_block.start, 0);
+    int end = -1;
+    for (int j = T_BLOCK - 1; j >= 0; j--) {
+        bool launch = strstr(lines[t_block.start + j], "\"api\":\"__cudaLaunchKernel\"") != NULL;
+        if (launch && end < 0)
+            end = j, t_block.groups++;
+        t_block.last[j] = launch ? end : -1;
+        if (!launch)
+            end = -1;
+    }
+    free(lines);
+    free(text);
+}
+
+START_TEST(replay_op_issues_every_group_once)
+{
+    char *base = replay_with("base", t_disabled, NULL);
+    char *stats;
+    char *log = replay_with("op", t_replay_op, &stats);
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
+    ck_assert_msg(strstr(stats, "9 complete, 0 broken") != NULL, "%s", stats);
+    learn_block();
+    ck_assert_int_eq(t_block.groups, 6);
+    long runs = stat_after(stats, "op replay       ");
+    ck_assert_int_eq(runs, T_INSTANCES * t_block.groups);
+    ck_assert_int_eq(stat_after(stats, "engine: "), T_INSTANCES * 37);
+    check_accounting(stats);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+static const char *const t_insert_names[FW_INSERT_COUNT] = {
+    "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream",
+};
+
+/* The groups of the instance that a call inserted before its call p
+ * prevents from running whole. */
+static int groups_lost(enum fw_insert what, int p)
+{
+    int lost = 0;
+    for (int j = 0; j < T_BLOCK; j++) {
+        if (t_block.last[j] != j)
+            continue;
+        int first = j;
+        while (first > 0 && t_block.last[first - 1] == j)
+            first--;
+        if (what == FW_INSERT_OTHER_STREAM)
+            lost += first < p && p <= j; /* flushed, the instance goes on */
+        else
+            lost += p >= 1 && p < T_BLOCK && j >= p; /* the instance is broken there */
+    }
+    return lost;
+}
+
+START_TEST(foreign_calls_at_every_position_of_a_block)
+{
+    learn_block();
+    int runs = 0;
+    for (int what = FW_INSERT_STREAM_SYNC; what < FW_INSERT_COUNT; what++) {
+        for (int p = 0; p <= T_BLOCK; p++) {
+            t_run.opts = (struct fw_replay_opts){t_block.start + p, (enum fw_insert)what, 0};
+            char tag[64];
+            snprintf(tag, sizeof(tag), "%s-%d", t_insert_names[what], p);
+            char *base = replay_with("base", t_disabled, NULL);
+            char *stats;
+            char *log = replay_with(tag, t_replay_op, &stats);
+            ck_assert_msg(strcmp(base, log) == 0, "%s before call %d: the fakes executed another stream of calls",
+                          t_insert_names[what], p);
+            long expected = T_INSTANCES * t_block.groups - groups_lost((enum fw_insert)what, p);
+            ck_assert_msg(stat_after(stats, "op replay       ") == expected,
+                          "%s before call %d: expected %ld groups run by the op\n%s", t_insert_names[what], p,
+                          expected, stats);
+            check_accounting(stats);
+            free(stats);
+            free(log);
+            free(base);
+            runs++;
+        }
+    }
+    ck_assert_int_eq(runs, (FW_INSERT_COUNT - 1) * (T_BLOCK + 1));
+}
+END_TEST
+
+/* Only the executions on `stream`, in order. */
+static char *execs_on(const char *log, unsigned long stream)
+{
+    char *out = calloc(1, strlen(log) + 1);
+    char *copy = strdup(log);
+    char want[32];
+    snprintf(want, sizeof(want), " %lx ", stream);
+    for (char *l = strtok(copy, "\n"); l != NULL; l = strtok(NULL, "\n")) {
+        if (strncmp(l, "exec ", 5) != 0)
+            continue;
+        /* exec HANDLE GX GY GZ BX BY BZ SHMEM STREAM HASH -> R: the stream is word 9 */
+        const char *w = l;
+        for (int i = 0; i < 9 && w != NULL; i++)
+            w = strchr(w + 1, ' ');
+        if (w != NULL && strncmp(w, want, strlen(want)) == 0) {
+            strcat(out, l);
+            strcat(out, "\n");
+        }
+    }
+    free(copy);
+    return out;
+}
+
+START_TEST(two_threads_on_two_streams)
+{
+    char *base[2];
+    for (int i = 0; i < 2; i++) {
+        t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, i == 0 ? 0x1000 : 0x2000};
+        base[i] = replay_with(i == 0 ? "base-1000" : "base-2000", t_disabled, NULL);
+    }
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0};
+    t_run.threads = 2;
+    char *stats;
+    char *log = replay_with("threads", t_replay_op, &stats);
+    t_run.threads = 0;
+    for (int i = 0; i < 2; i++) {
+        unsigned long s = i == 0 ? 0x1000 : 0x2000;
+        char *want = execs_on(base[i], s), *got = execs_on(log, s);
+        ck_assert_uint_ge(t_count_lines(want), T_INSTANCES * 37);
+        ck_assert_msg(strcmp(want, got) == 0, "stream %#lx: other executions", s);
+        free(want);
+        free(got);
+        free(base[i]);
+    }
+    ck_assert_msg(strstr(stats, "18 complete, 0 broken") != NULL, "%s", stats);
+    ck_assert_int_eq(stat_after(stats, "op replay       "), 2 * T_INSTANCES * 6);
+    check_accounting(stats);
+    free(stats);
+    free(log);
+}
+END_TEST
+
+START_TEST(groups_over_the_limits_are_issued_untouched)
+{
+    learn_block();
+    int fit = 0;
+    for (int j = 0; j < T_BLOCK; j++) {
+        int first = j;
+        while (t_block.last[j] == j && first > 0 && t_block.last[first - 1] == j)
+            first--;
+        fit += t_block.last[j] == j && j - first + 1 <= 4;
+    }
+    char *base = replay_with("base", t_disabled, NULL);
+    static const char *const env[] = {"H3SHIM_OP_REPLAY=1", "H3SHIM_ENGINE_MAX_CALLS=4", NULL};
+    char *stats;
+    char *log = replay_with("limit", env, &stats);
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
+    ck_assert_int_eq(stat_after(stats, "op replay       "), T_INSTANCES * fit);
+    ck_assert_msg(strstr(stats, "flush limit") != NULL, "%s", stats);
+    check_accounting(stats);
+    free(stats);
+    free(log);
+    static const char *const bytes[] = {"H3SHIM_OP_REPLAY=1", "H3SHIM_ENGINE_MAX_BYTES=1024", NULL};
+    log = replay_with("limit-bytes", bytes, &stats);
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
+    ck_assert_msg(strstr(stats, "flush limit") != NULL, "%s", stats);
+    check_accounting(stats);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+START_TEST(engine_off_defers_nothing)
+{
+    char *base = replay_with("base", t_disabled, NULL);
+    static const char *const env[] = {"H3SHIM_OP_REPLAY=1", "H3SHIM_ENGINE=0", "H3SHIM_MATCH=1", NULL};
+    char *stats;
+    char *log = replay_with("off", env, &stats);
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
+    ck_assert_msg(strstr(stats, "engine: off (H3SHIM_ENGINE=0)") != NULL, "%s", stats);
+    ck_assert_msg(strstr(stats, "9 complete, 0 broken") != NULL, "%s", stats);
+    ck_assert_msg(strstr(stats, "deferred") == NULL, "%s", stats);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+static void engine_setup(void)
+{
+    t_setup();
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0};
+    t_run.threads = 0;
+    t_run.trace = NULL;
+}
+
+Suite *t_suite_engine(void)
+{
+    Suite *s = suite_create("engine");
+    TCase *tc = tcase_create("engine");
+    tcase_add_checked_fixture(tc, engine_setup, t_teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, replay_op_issues_every_group_once);
+    tcase_add_test(tc, foreign_calls_at_every_position_of_a_block);
+    tcase_add_test(tc, two_threads_on_two_streams);
+    tcase_add_test(tc, groups_over_the_limits_are_issued_untouched);
+    tcase_add_test(tc, engine_off_defers_nothing);
+    suite_add_tcase(s, tc);
+    return s;
+}
