@@ -3,7 +3,10 @@
 and with the shim, eager and with CUDA graphs: checks 84 ViT calls and a
 [1,3,124,512,768] output per request, compares every arm's SHA-256 with the
 unshimmed eager decode, and writes evidence (JSON and a short .md) under
-tests/evidence/ (and $OUT when set).  Arms alternate (A S G SG, twice).
+tests/evidence/ (and $OUT when set).  Arms alternate (A S G SG R RG, twice):
+R and RG run the engine with the replay op (H3SHIM_OP_REPLAY=1); in R every
+block call of every decode (warm-up included) must be recognised and each of
+its groups run by the op.
 
     python3 tests/gpu/full_decode.py [--latent 1,24,37,32,48] [--requests 2] [--rounds 2]
 """
@@ -20,18 +23,24 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SERVE = os.path.join(ROOT, "scripts", "serve.py")
 
 
-def run_arm(latent, requests, shim, graphs):
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shimstats  # noqa: E402  (beside this script)
+
+
+def run_arm(latent, requests, shim, graphs, shim_env):
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     if shim:
         env["LD_PRELOAD"] = shim
+        env.update(shim_env, H3SHIM_STATS="1")
     cmd = [sys.executable, SERVE, "--latent", latent, "--requests", str(requests), "--same-latent", "--json"]
     if graphs:
         cmd.append("--cuda-graphs")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode != 0:
         return {"error": p.stderr[-2000:]}
-    return json.loads(p.stdout)
+    doc = json.loads(p.stdout)
+    doc["shim_stats"] = p.stderr[-60000:] if shim else None
+    return doc
 
 
 def main():
@@ -41,11 +50,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"))
     a = ap.parse_args()
-    arms = {"A": (None, False), "S": (a.shim, False), "G": (None, True), "SG": (a.shim, True)}
+    replay = {"H3SHIM_OP_REPLAY": "1"}
+    arms = {"A": (None, False, {}), "S": (a.shim, False, {}), "G": (None, True, {}), "SG": (a.shim, True, {}),
+            "R": (a.shim, False, replay), "RG": (a.shim, True, replay)}
     docs = {k: [] for k in arms}
     for _ in range(a.rounds):
-        for name, (shim, graphs) in arms.items():
-            docs[name].append(run_arm(a.latent, a.requests, shim, graphs))
+        for name, (shim, graphs, shim_env) in arms.items():
+            docs[name].append(run_arm(a.latent, a.requests, shim, graphs, shim_env))
     ref = None
     result = {"latent": a.latent, "requests_per_process": a.requests, "rounds": a.rounds, "arms": {}}
     ok = True
@@ -64,9 +75,19 @@ def main():
         calls = sorted({q["vit_calls"] for q in reqs})
         shapes = sorted({tuple(q["output_shape"]) for q in reqs})
         arm_ok = shas == [ref] and calls == [result["plan"]["vit_calls"]] and len(shapes) == 1
+        engine = None
+        if arms[name][2]:
+            # Every process decodes a warm-up request and `requests` timed ones.
+            blocks = result["plan"]["block_calls"] * (1 + a.requests)
+            verdicts = [shimstats.replay_verdict(r["shim_stats"], blocks) for r in runs]
+            engine = {"verdicts": [t for _, t in verdicts], "stats": [shimstats.parse(r["shim_stats"]) for r in runs]}
+            if not arms[name][1]:  # eager: every block seen; with graphs only the captures are
+                engine["pass"] = all(v for v, _ in verdicts)
+                arm_ok &= engine["pass"]
         ok &= arm_ok
         result["arms"][name] = {
-            "shim": arms[name][0] is not None, "cuda_graphs": arms[name][1],
+            "shim": arms[name][0] is not None, "cuda_graphs": arms[name][1], "shim_env": arms[name][2],
+            "engine": engine,
             "median_ms_per_request": statistics.median(q["latency_ms"] for q in reqs),
             "sha256_fp32": shas, "vit_calls": calls, "output_shape": [list(s) for s in shapes],
             "bitwise_equal_to_A": shas == [ref], "pass": arm_ok}
@@ -89,7 +110,8 @@ def main():
              f"latent [{a.latent}]: {plan.get('vit_calls')} ViT calls, {plan.get('block_calls')} block calls, "
              f"{plan.get('frames')} frames of {plan.get('height')}x{plan.get('width')}; torch {env.get('torch')}; "
              f"{a.rounds} rounds x {a.requests} requests per arm, arms alternating; speed-ups against the "
-             "unshimmed arm of the same mode (the shim fuses nothing yet).", "",
+             "unshimmed arm of the same mode (the shim fuses nothing yet; R/RG hold back and replay "
+             "every group).", "",
              "| arm | shim | CUDA graphs | ViT calls | output | bitwise = A | median ms/request | speed-up |",
              "|---|---|---|---|---|---|---|---|"]
     for name, arm in result["arms"].items():
@@ -99,6 +121,10 @@ def main():
         lines.append(f"| {name} | {arm['shim']} | {arm['cuda_graphs']} | {arm['vit_calls']} | {arm['output_shape']} | "
                      f"{arm['bitwise_equal_to_A']} | {arm['median_ms_per_request']:.1f} | "
                      f"{arm.get('speedup_vs_unshimmed_same_mode', 0):.3f} |")
+    for name, arm in result["arms"].items():
+        if arm.get("engine"):
+            lines += ["", f"Arm {name} ({arm['shim_env']}{', CUDA graphs: only the captured calls pass the shim' if arm['cuda_graphs'] else ''}):"]
+            lines += [f"- {v}" for v in arm["engine"]["verdicts"]]
     lines += ["", f"Result: {'pass' if ok else 'FAIL'}", ""]
     with open(os.path.join(out_dir, stem + ".md"), "w") as f:
         f.write("\n".join(lines))

@@ -37,6 +37,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shimstats  # noqa: E402  (beside this script)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 SERVE = os.path.join(REPO, "scripts", "serve.py")
@@ -87,7 +90,10 @@ class Harness:
                # everything but the driver entry points handed to libraries.
                ("D", {"H3SHIM_DISABLE": "1"}), ("N", {"H3SHIM_INTERPOSE_DRIVER": "0"}),
                # M runs the matcher: every block call must be recognised.
-               ("M", {"H3SHIM_MATCH": "1"})]
+               ("M", {"H3SHIM_MATCH": "1"}),
+               # R runs the engine with the replay op: every group of every block
+               # is held back and issued verbatim when it completes.
+               ("R", {"H3SHIM_OP_REPLAY": "1"})]
         out += [(f"op:{op}", {"H3SHIM_OPS": op}) for op in self.ops]
         out.append(("all", {"H3SHIM_OPS": "all"}))
         return out
@@ -252,6 +258,10 @@ class Harness:
                 c["trace"] = self.trace_summary(os.path.join(self.work, "traces", "C"), (doc or {}))
             if arm == "M" and doc is not None:
                 self.check_matcher(c.get("shim_stats") or "", doc)
+            if arm == "R" and doc is not None:
+                blocks = doc["plan"]["block_calls"] * (1 + len(doc.get("requests", [])))
+                ok, text = shimstats.replay_verdict(c.get("shim_stats") or "", blocks)
+                self.check("replay_op_takes_every_group", f"{'pass' if ok else 'FAIL'} ({text})")
             entry["correctness"] = c
             self.log(f"correctness {arm}: {c['status']}")
         if reference:

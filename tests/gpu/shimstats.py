@@ -1,0 +1,45 @@
+"""Reads the matcher's and the engine's lines from an H3SHIM_STATS=1 table
+(stderr of a process run with the shim), for the GPU scripts' checks."""
+import os
+import re
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SIGNATURE = os.path.join(ROOT, "signatures", "h3-block-torch2.11.0+cu130-sm90.sig")
+
+
+def groups_per_block(path=SIGNATURE):
+    """The engine's groups in one block instance: maximal runs of launches in the signature."""
+    kinds = [line.split()[2] for line in open(path) if line.startswith("call ")]
+    return sum(1 for i, k in enumerate(kinds) if k == "launch" and (i == 0 or kinds[i - 1] != "launch"))
+
+
+def parse(stats):
+    """{complete, broken, first_break, deferred, issue_errors, op_runs, op_calls, flushes{reason: (groups, calls)}}"""
+    out = {"flushes": {}}
+    m = re.search(r"signature \S+/block: (\d+) complete, (\d+) broken(?: \(first break: ([^)]*)\))?", stats or "")
+    if m:
+        out.update(complete=int(m.group(1)), broken=int(m.group(2)), first_break=m.group(3))
+    m = re.search(r"engine: (\d+) launches deferred; (\d+) issued with an error", stats or "")
+    if m:
+        out.update(deferred=int(m.group(1)), issue_errors=int(m.group(2)))
+    m = re.search(r"op replay\s+(\d+) groups run \((\d+) calls\)", stats or "")
+    if m:
+        out.update(op_runs=int(m.group(1)), op_calls=int(m.group(2)))
+    for m in re.finditer(r"flush (\S+)\s+(\d+) groups issued untouched \((\d+) calls\)", stats or ""):
+        out["flushes"][m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return out
+
+
+def replay_verdict(stats, blocks):
+    """(ok, text) for a run with H3SHIM_OP_REPLAY=1 that made `blocks` block calls: every block
+    recognised, every group of every block run by the replay op, nothing issued with an error."""
+    s = parse(stats)
+    groups = groups_per_block()
+    ok = (s.get("complete") == blocks and s.get("op_runs") == groups * blocks and s.get("issue_errors") == 0
+          and s.get("deferred") == s.get("op_calls", -1) + sum(c for _, c in s["flushes"].values()))
+    text = (f"{s.get('complete')} of {blocks} block calls recognised ({s.get('broken')} broken attempts"
+            f"{', first break: ' + s['first_break'] if s.get('first_break') else ''}); replay op ran "
+            f"{s.get('op_runs')} of {groups * blocks} groups ({s.get('op_calls')} launches), "
+            f"{s.get('deferred')} launches deferred, flushes {s['flushes'] or 'none'}, "
+            f"{s.get('issue_errors')} issue errors")
+    return ok, text
