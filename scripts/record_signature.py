@@ -485,6 +485,8 @@ class Position:
     ranges: list = field(default_factory=list)  # (parameter, offset, bytes) that must match
     notes: list = field(default_factory=list)  # comment lines written above the call
     masked: set = field(default_factory=set)  # (parameter, offset) of 8-byte words never compared
+    unused: dict = field(default_factory=dict)  # parameter: [(start, end)] the kernel cannot read
+    unused_what: list = field(default_factory=list)  # what those ranges are, for the note
 
     @property
     def kind(self):
@@ -611,14 +613,131 @@ def find_cudnn_slots(pos, owners):
                              f"say): not compared")
 
 
+
+# ---- Bytes a kernel cannot read (PyTorch's closures) ----
+#
+# PyTorch fills fixed-size arrays in its kernel closures only as far as it
+# uses them; the rest is whatever the stack held, which can be equal in every
+# process of one command and different under another. Where the layout is
+# known, those bytes are masked from the start instead of by comparison.
+
+OC_MAX_DIMS = 25  # at::cuda::detail::MAX_DIMS: OffsetCalculator's array length
+OC_DIVIDER = 12  # IntDivider<uint32_t>: divisor, m1, shift
+
+
+def int_divider_ok(data, off):
+    """Whether data[off:off+12] is IntDivider<uint32_t>(d) for some d >= 1 (as its constructor makes it)."""
+    d, m1, shift = (int.from_bytes(data[off + 4 * i:off + 4 * i + 4], "little") for i in range(3))
+    if d < 1 or shift > 32 or (1 << shift) < d or (shift > 0 and (1 << (shift - 1)) >= d):
+        return False
+    return m1 == (((1 << 32) * ((1 << shift) - d)) // d + 1) & 0xFFFF_FFFF
+
+
+def offset_calculators(data, slot_offsets):
+    """(offset, dims, nargs) of every OffsetCalculator<nargs, uint32_t> in a closure's bytes.
+
+    Its layout is `int dims; IntDivider sizes_[25]; uint32_t strides_[25][nargs]`,
+    with entries [dims, 25) unset. One is recognised by dims in [1, 25], a valid
+    divider for every used dimension, and the closure's data array (nargs
+    pointer slots) right after it, which fixes nargs.
+    """
+    found = []
+    for off in range(0, len(data) - 4 - OC_MAX_DIMS * OC_DIVIDER, 4):
+        dims = int.from_bytes(data[off:off + 4], "little")
+        if not 1 <= dims <= OC_MAX_DIMS:
+            continue
+        if not all(int_divider_ok(data, off + 4 + OC_DIVIDER * i) for i in range(dims)):
+            continue
+        strides = off + 4 + OC_MAX_DIMS * OC_DIVIDER
+        for nargs in range(1, 9):
+            end = strides + 4 * OC_MAX_DIMS * nargs
+            first = (end + 7) // 8 * 8
+            if (first + 8 * nargs <= len(data) and all(first + 8 * k in slot_offsets for k in range(nargs))
+                    and first + 8 * nargs not in slot_offsets):
+                found.append((off, dims, nargs))
+                break
+    return found
+
+
+CAT_NAME = re.compile(r"CatArrayBatchedCopyI.*?E([jm])Li(\d+)ELi(\d+)ELi(\d+)EEEv")
+
+
+def cat_metadata_unused(pos, size):
+    """Unused ranges of CatArrayBatchedCopy's CatArrInputTensorMetadata parameter (of `size` bytes).
+
+    Its arrays (input pointers, offset, dimSize, nElements, isContiguous, and
+    tensorStride of sizes and strides) have batch_size entries, of which the
+    launch uses grid.y (one block row per input).
+    """
+    m = CAT_NAME.search(pos.calls[0].kernel)
+    if m is None:
+        return []
+    index = 4 if m.group(1) == "j" else 8
+    dims, batch, stride_size = int(m.group(2)), int(m.group(3)), int(m.group(4))
+    arrays = [8, index, index, index, 1]  # entry sizes, in declaration order
+    layout, off = [], 0
+    for entry in arrays:
+        off = (off + entry - 1) // entry * entry
+        layout.append((off, entry, batch))
+        off += entry * batch
+    off = (off + index - 1) // index * index
+    layout.append((off, 2 * dims * index, stride_size))
+    off += 2 * dims * index * stride_size
+    if (off + 7) // 8 * 8 != size:
+        return []
+    used = pos.calls[0].record["grid"][1]
+    return [(start + entry * used, start + entry * count) for start, entry, count in layout if used < count]
+
+
+def unused_ranges(pos):
+    """{parameter: [(start, end)]} of the bytes the kernel of launch `pos` cannot read."""
+    out = {}
+    slot_offsets = {}
+    for s in pos.slots:
+        slot_offsets.setdefault(s.place[0], set()).add(s.place[1])
+    pos.unused_what = []
+    for p, data in enumerate(pos.calls[0].params):
+        ranges = cat_metadata_unused(pos, len(data)) if p == 1 else []
+        if ranges:
+            pos.unused_what.append(f"CatArrInputTensorMetadata (parameter {p}, {pos.calls[0].record['grid'][1]} "
+                                   f"inputs)")
+        for off, dims, nargs in offset_calculators(data, slot_offsets.get(p, set())):
+            pos.unused_what.append(f"OffsetCalculator<{nargs}> (parameter {p} offset {off}, {dims} dims)")
+            strides = off + 4 + OC_MAX_DIMS * OC_DIVIDER
+            ranges.append((off + 4 + OC_DIVIDER * dims, strides))
+            ranges.append((strides + 4 * dims * nargs, strides + 4 * OC_MAX_DIMS * nargs))
+        if ranges:
+            out[p] = ranges
+    return out
+
+
+def mask_unused(pos):
+    """Masks what the kernel cannot read, and drops the pointer slots found there (stale values)."""
+    unused = unused_ranges(pos)
+    if not unused:
+        return
+    inside = lambda p, off: any(a <= off < b for a, b in unused.get(p, []))  # noqa: E731
+    dropped = [s for s in pos.slots if inside(*s.place)]
+    pos.slots = [s for s in pos.slots if not inside(*s.place)]
+    pos.unused = unused
+    total = sum(b - a for r in unused.values() for a, b in r)
+    pos.notes.append(f"{total} bytes the kernel cannot read are masked: unused entries of "
+                     + ", ".join(pos.unused_what) + (f", with {len(dropped)} stale pointer(s)" if dropped else ""))
+
+
 def find_bytes(pos):
     """The byte ranges of a launch's parameters that are equal in every instance and are not masked."""
     masked = {s.place for s in pos.slots} | pos.masked
     for p, size in enumerate(pos.calls[0].identity[6]):
         datas = [c.params[p] for c in pos.calls]
         keep = [all(d[b] == datas[0][b] for d in datas) for b in range(size)]
+        live = [True] * size
+        for a, b in pos.unused.get(p, []):
+            keep[a:b] = live[a:b] = [False] * (b - a)
         for off in range(0, size - 7, 8):
-            host = any(HOST_LOW <= int.from_bytes(d[off:off + 8], "little") < HOST_HIGH for d in datas)
+            # A host address is looked for in what the kernel can read (a bool beside unused bytes is not one).
+            host = any(HOST_LOW <= int.from_bytes(bytes(v if live[off + i] else 0 for i, v in enumerate(d[off:off + 8])),
+                                                  "little") < HOST_HIGH for d in datas)
             if (p, off) in masked or host:
                 keep[off:off + 8] = [False] * 8
         b = 0
@@ -766,6 +885,7 @@ def record(paths, after="spin", length=None):
     find_slots(positions, instances, traces)
     for pos in positions:
         if pos.kind == LAUNCH:
+            mask_unused(pos)
             find_bytes(pos)
     wire(positions)
     return Signature(positions, traces, find_dead(positions, instances, length))
