@@ -198,6 +198,7 @@ struct h3_kernel {
     const void *key;
     const char *name;   /* as the driver returns it (mangled): what signatures match */
     const char *pretty; /* demangled when a C++ runtime is loaded, else `name` */
+    uint64_t name_hash; /* h3_hash of `name`, the start of a launch's fingerprint */
     uint32_t nparams;
     uint32_t param_bytes;
     uint16_t *param_sizes;

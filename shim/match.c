@@ -25,6 +25,7 @@ struct h3_match_progress {
     const struct h3_sig *sig;
     uint32_t *base;   /* index of each call's first slot value in values[] */
     uint64_t *values; /* pointer values of the current instance */
+    const struct h3_kernel **kernels; /* per call: the last kernel found to have its name */
     uint32_t next;    /* index of the call expected next; 0: none started */
     const void *stream;
 };
@@ -52,6 +53,7 @@ static void h3_matcher_free(void *arg)
     for (unsigned i = 0; m != NULL && i < m->nsigs; i++) {
         free(m->p[i].base);
         free(m->p[i].values);
+        free(m->p[i].kernels);
     }
     free(m);
 }
@@ -84,9 +86,11 @@ static struct h3_matcher *h3_matcher_get(void)
             total += sig->calls[c].nslots;
         }
         p->values = calloc(total > 0 ? total : 1, sizeof(uint64_t));
-        if (p->base == NULL || p->values == NULL) {
+        p->kernels = calloc(sig->ncalls, sizeof(*p->kernels));
+        if (p->base == NULL || p->values == NULL || p->kernels == NULL) {
             free(p->base);
             free(p->values);
+            free(p->kernels);
             continue;
         }
         m->nsigs++;
@@ -136,8 +140,13 @@ static const char *h3_match_one(struct h3_match_progress *p, uint32_t j, const s
     if (sc->kind == H3_SIG_LAUNCH) {
         if (h3_hooks[c->fn].kind != H3_KIND_LAUNCH)
             return "kind";
-        if (c->kernel == NULL || strcmp(c->kernel->name, sc->kernel) != 0)
+        if (c->kernel == NULL)
             return "kernel";
+        if (c->kernel != p->kernels[j]) { /* kernels are cached per handle: a name is compared once */
+            if (strcmp(c->kernel->name, sc->kernel) != 0)
+                return "kernel";
+            p->kernels[j] = c->kernel;
+        }
         if (memcmp(c->grid, sc->grid, sizeof(c->grid)) != 0 || memcmp(c->block, sc->block, sizeof(c->block)) != 0 ||
             c->shmem != sc->shmem)
             return "config";

@@ -49,8 +49,11 @@ H3_GETTER(CUDNN, __typeof__(&cudnnGetStream), cudnnGetStream)
 #undef H3_GETTER
 
 /* The device of the current context, for the trace. */
+/* The current device, for the trace only. */
 static void h3_call_device(struct h3_call *c)
 {
+    if (!h3_trace_on)
+        return;
     PFN_cuCtxGetDevice_v2000 gd = h3_get_cuCtxGetDevice();
     CUdevice dev;
     if (gd != NULL && gd(&dev) == CUDA_SUCCESS)
@@ -123,6 +126,7 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
         }
     }
     k->name = strdup(name != NULL ? name : "?");
+    k->name_hash = k->name != NULL ? h3_hash(H3_HASH_SEED, k->name, strlen(k->name)) : H3_HASH_SEED;
     char *demangled = h3_demangle(name);
     k->pretty = demangled != NULL ? demangled : k->name;
     k->nparams = n;
@@ -202,11 +206,10 @@ static void h3_desc_launch(struct h3_call *c, const void *handle, struct h3_kern
         c->param_bytes = k->param_bytes;
         c->param_sizes = k->param_sizes;
     }
-    if (!c->detail)
+    /* The fingerprint and device are for the trace; the matcher compares fields. */
+    if (!h3_trace_on)
         return;
-    uint64_t h = H3_HASH_SEED;
-    const char *name = k != NULL ? k->name : "?";
-    h = h3_hash(h, name, strlen(name));
+    uint64_t h = k != NULL ? k->name_hash : h3_hash(H3_HASH_SEED, "?", 1);
     h = h3_hash(h, c->grid, sizeof(c->grid));
     h = h3_hash(h, c->block, sizeof(c->block));
     h = h3_hash(h, &c->shmem, sizeof(c->shmem));

@@ -177,6 +177,8 @@ FAKE_EXPORT long long fw_call(const char *name, uint64_t seed, uint64_t *sent, i
  * arguments, made from this library (so through its PLT, like a real
  * framework).  Returns the number of failed calls.
  */
+static long fw_replay_bench(const char *path, long n);
+
 FAKE_EXPORT long fw_bench(const char *name, long n)
 {
     fw_objects_make(1);
@@ -194,6 +196,8 @@ FAKE_EXPORT long fw_bench(const char *name, long n)
         dim3 g = {1, 1, 1}, b = {32, 1, 1};
         for (long i = 0; i < n; i++)
             failed += __cudaLaunchKernel((cudaKernel_t)&fw_kernel, g, b, fw_obj.params, 0, NULL) != 0;
+    } else if (strncmp(name, "replay:", 7) == 0) {
+        return fw_replay_bench(name + 7, n);
     } else {
         return -1;
     }
@@ -425,4 +429,77 @@ FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *o
     }
     fclose(f);
     return calls;
+}
+
+/*
+ * fw_bench("replay:PATH", n): makes n calls of a replay file's stream,
+ * cycling through it, with its launches decoded once beforehand (so the time
+ * is the libraries' and the shim's, not the parser's); library calls are
+ * made as fw_replay makes them.  Returns the number of failed calls.
+ */
+struct fw_prepared {
+    char kind;
+    struct fake_kernel *k;
+    dim3 g, b;
+    size_t shmem;
+    cudaStream_t s;
+    void *args[16];
+    char *tok[64];
+    int n;
+};
+
+static long fw_replay_bench(const char *path, long n)
+{
+    static struct fw_prepared *calls;
+    static long ncalls;
+    static char *text;
+    if (calls == NULL) {
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            return -1;
+        fseek(f, 0, SEEK_END);
+        long size = ftell(f);
+        rewind(f);
+        text = malloc((size_t)size + 1);
+        calls = calloc((size_t)size / 16 + 1, sizeof(*calls));
+        if (text == NULL || calls == NULL || fread(text, 1, (size_t)size, f) != (size_t)size) {
+            fclose(f);
+            return -1;
+        }
+        fclose(f);
+        text[size] = '\0';
+        char *save_line = NULL;
+        for (char *line = strtok_r(text, "\n", &save_line); line != NULL; line = strtok_r(NULL, "\n", &save_line)) {
+            struct fw_prepared *c = &calls[ncalls++];
+            char *save = NULL;
+            for (char *t = strtok_r(line, " ", &save); t != NULL && c->n < 64; t = strtok_r(NULL, " ", &save))
+                c->tok[c->n++] = t;
+            c->kind = c->tok[0][0];
+            if (c->kind != 'L')
+                continue;
+            unsigned np = (unsigned)strtoul(c->tok[10], NULL, 10);
+            size_t sizes[16];
+            for (unsigned i = 0; i < np && i < 16; i++) {
+                sizes[i] = strtoul(c->tok[11 + i], NULL, 10);
+                c->args[i] = malloc(sizes[i]);
+                if (c->args[i] == NULL || fw_unhex(c->tok[11 + np + i], c->args[i], sizes[i]) != 0)
+                    return -1;
+            }
+            c->k = fw_replay_kernel(c->tok[1], np, sizes);
+            c->g = (dim3){(unsigned)atoi(c->tok[2]), (unsigned)atoi(c->tok[3]), (unsigned)atoi(c->tok[4])};
+            c->b = (dim3){(unsigned)atoi(c->tok[5]), (unsigned)atoi(c->tok[6]), (unsigned)atoi(c->tok[7])};
+            c->shmem = strtoul(c->tok[8], NULL, 10);
+            c->s = fw_replay_stream(c->tok[9], 0);
+        }
+    }
+    fw_objects_make(1);
+    long failed = 0;
+    for (long i = 0; i < n; i++) {
+        struct fw_prepared *c = &calls[i % ncalls];
+        long long r = c->kind == 'L'   ? __cudaLaunchKernel((cudaKernel_t)c->k, c->g, c->b, c->args, c->shmem, c->s)
+                      : c->kind == 'M' ? fw_replay_matmul(c->tok, c->n, 0)
+                                       : fw_replay_cudnn(c->tok, c->n, 0);
+        failed += r != 0;
+    }
+    return failed;
 }

@@ -1,21 +1,36 @@
 #!/bin/sh
 # Per-call overhead of the interposer on the fake stack, tracing off:
 # alternating runs without and with the shim preloaded, medians.
-# usage: bench_cpu.sh BENCH_BINARY SHIM FAKE_DIR
+# usage: bench_cpu.sh BENCH_BINARY SHIM FAKE_DIR REPLAY_FILE SIGNATURES
+# Rows: one entry point called in a loop; then the recorded H3 block stream
+# (REPLAY_FILE, launches decoded beforehand, library calls made as PyTorch
+# makes them) with the shim passing through, with the matcher, and with the
+# engine holding back and replaying every group (H3SHIM_OP_REPLAY=1).
 set -eu
-bench=$1 shim=$2 dir=$3
+bench=$1 shim=$2 dir=$3 replay=$4 sigs=$5
 runs=${H3BENCH_RUNS:-7} n=${H3BENCH_CALLS:-2000000}
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-printf '%-20s %12s %12s %12s %8s\n' api direct_ns shim_ns added_ns ratio
-for api in cuLaunchKernel __cudaLaunchKernel cublasGemmEx; do
+printf '%-28s %12s %12s %12s %8s\n' row direct_ns shim_ns added_ns ratio
+row() { # NAME API CALLS SHIM_ENV...
+  name=$1 api=$2 calls=$3
+  shift 3
   : > /tmp/h3bench.direct; : > /tmp/h3bench.shim
   i=0
   while [ $i -lt "$runs" ]; do
-    env -u LD_PRELOAD "$bench" "$dir" "$api" "$n" >> /tmp/h3bench.direct
-    LD_PRELOAD="$shim" "$bench" "$dir" "$api" "$n" >> /tmp/h3bench.shim
+    env -u LD_PRELOAD "$bench" "$dir" "$api" "$calls" >> /tmp/h3bench.direct
+    env "$@" LD_PRELOAD="$shim" H3SHIM_SIGNATURES="$sigs" "$bench" "$dir" "$api" "$calls" >> /tmp/h3bench.shim
     i=$((i + 1))
   done
   d=$(median < /tmp/h3bench.direct) s=$(median < /tmp/h3bench.shim)
-  awk -v a="$api" -v d="$d" -v s="$s" 'BEGIN { printf "%-20s %12.2f %12.2f %12.2f %8.3f\n", a, d, s, s - d, s / d }'
+  awk -v a="$name" -v d="$d" -v s="$s" 'BEGIN { printf "%-28s %12.2f %12.2f %12.2f %8.3f\n", a, d, s, s - d, s / d }'
+}
+for api in cuLaunchKernel __cudaLaunchKernel cublasGemmEx; do
+  row "$api" "$api" "$n" H3SHIM_MATCH=0
 done
-echo "(__cudaLaunchKernel crosses the shim twice: the runtime's own driver launch is interposed too)"
+blocks=$((n / 40))
+row "h3 stream, pass-through" "replay:$replay" "$blocks" H3SHIM_MATCH=0
+row "h3 stream, matcher" "replay:$replay" "$blocks" H3SHIM_MATCH=1
+row "h3 stream, replay op" "replay:$replay" "$blocks" H3SHIM_OP_REPLAY=1
+echo "(__cudaLaunchKernel crosses the shim twice: the runtime's own driver launch is interposed too."
+echo " The h3 stream is tests/record/data's H200 block trace, 516 calls, cycled; its library calls"
+echo " create and destroy their descriptors as PyTorch does, which most of direct_ns is.)"
