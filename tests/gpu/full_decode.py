@@ -9,6 +9,7 @@ block call of every decode (warm-up included) must be recognised and each of
 its groups run by the op.
 
     python3 tests/gpu/full_decode.py [--latent 1,24,37,32,48] [--requests 2] [--rounds 2]
+        [--arms A,S,G,SG,R,RG] [--tag SUFFIX]
 """
 import argparse
 import datetime
@@ -49,10 +50,13 @@ def main():
     ap.add_argument("--requests", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"))
+    ap.add_argument("--arms", default="A,S,G,SG,R,RG", help="comma-separated subset of A,S,G,SG,R,RG (A always runs)")
+    ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
     a = ap.parse_args()
     replay = {"H3SHIM_OP_REPLAY": "1"}
     arms = {"A": (None, False, {}), "S": (a.shim, False, {}), "G": (None, True, {}), "SG": (a.shim, True, {}),
             "R": (a.shim, False, replay), "RG": (a.shim, True, replay)}
+    arms = {k: v for k, v in arms.items() if k == "A" or k in a.arms.split(",")}
     docs = {k: [] for k in arms}
     for _ in range(a.rounds):
         for name, (shim, graphs, shim_env) in arms.items():
@@ -100,7 +104,7 @@ def main():
     result["pass"] = ok
     env = result.get("environment", {})
     gpu = str(env.get("gpu", "gpu")).lower().replace(" ", "-")
-    stem = f"{datetime.date.today().isoformat()}-{gpu}-full-decode"
+    stem = f"{datetime.date.today().isoformat()}-{gpu}-full-decode{a.tag}"
     out_dir = os.path.join(ROOT, "tests", "evidence")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, stem + ".json"), "w") as f:
