@@ -88,6 +88,21 @@ static void replay_child(void)
     write_log(t_run.log);
 }
 
+/* Sets (or unsets) each "NAME=VALUE" of a NULL-terminated list. */
+static void set_env(const char *const *env, bool set)
+{
+    for (const char *const *e = env; *e != NULL; e++) {
+        char var[128];
+        snprintf(var, sizeof(var), "%s", *e);
+        char *eq = strchr(var, '=');
+        *eq = '\0';
+        if (set)
+            setenv(var, eq + 1, 1);
+        else
+            unsetenv(var);
+    }
+}
+
 /* Replays in a child with `env` ("NAME=VALUE" pairs, NULL-terminated) set;
  * returns the execution log, and the stats in *stats. */
 static char *replay_with(const char *tag, const char *const *env, char **stats)
@@ -97,20 +112,9 @@ static char *replay_with(const char *tag, const char *const *env, char **stats)
     t_run.log = t_path(name);
     snprintf(name, sizeof(name), "err-%s.txt", tag);
     t_run.err = t_path(name);
-    for (const char *const *e = env; *e != NULL; e++) {
-        char var[128];
-        snprintf(var, sizeof(var), "%s", *e);
-        char *eq = strchr(var, '=');
-        *eq = '\0';
-        setenv(var, eq + 1, 1);
-    }
+    set_env(env, true);
     int status = t_in_child(replay_child);
-    for (const char *const *e = env; *e != NULL; e++) {
-        char var[128];
-        snprintf(var, sizeof(var), "%s", *e);
-        *strchr(var, '=') = '\0';
-        unsetenv(var);
-    }
+    set_env(env, false);
     ck_assert_msg(status == 0, "replay child (%s) exited with %d", tag, status);
     if (stats != NULL)
         *stats = t_read_file(t_run.err, NULL);
