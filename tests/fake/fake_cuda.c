@@ -77,6 +77,8 @@ static const struct {
     {"cuKernelGetName", (void *)&cuKernelGetName, (void *)&cuKernelGetName},
     {"cuFuncGetName", (void *)&cuFuncGetName, (void *)&cuFuncGetName},
     {"cuCtxGetDevice", (void *)&cuCtxGetDevice, (void *)&cuCtxGetDevice},
+    {"cuMemcpyDtoHAsync", (void *)&cuMemcpyDtoHAsync_v2, (void *)&cuMemcpyDtoHAsync_v2_ptsz},
+    {"cuStreamSynchronize", (void *)&cuStreamSynchronize, (void *)&cuStreamSynchronize_ptsz},
 };
 
 static long long fake_behave(const char *fn, void **argp)

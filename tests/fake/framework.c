@@ -372,7 +372,14 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream)
     case FW_INSERT_STREAM_SYNC: return cudaStreamSynchronize(stream);
     case FW_INSERT_MEMSET: return cudaMemsetAsync((void *)0x7000, 0, 64, stream);
     case FW_INSERT_EVENT: return cudaEventRecord((cudaEvent_t)0x8000, stream);
-    case FW_INSERT_DRIVER_COPY: return cuMemcpyDtoHAsync_v2(host, (CUdeviceptr)0x9000, sizeof(host), (CUstream)stream);
+    case FW_INSERT_DRIVER_COPY: {
+        /* Found the way the runtimes find the driver: through cuGetProcAddress. */
+        PFN_cuMemcpyDtoHAsync_v3020 copy = NULL;
+        CUdriverProcAddressQueryResult st;
+        if (cuGetProcAddress_v2("cuMemcpyDtoHAsync", (void **)&copy, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st) != 0)
+            return -1;
+        return copy(host, (CUdeviceptr)0x9000, sizeof(host), (CUstream)stream);
+    }
     case FW_INSERT_KERNEL: return __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, args, 0, stream);
     case FW_INSERT_OTHER_STREAM:
         return __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, args, 0,

@@ -20,7 +20,7 @@ enum fw_insert {
     FW_INSERT_STREAM_SYNC,  /* cudaStreamSynchronize on the next call's stream */
     FW_INSERT_MEMSET,       /* cudaMemsetAsync on that stream */
     FW_INSERT_EVENT,        /* cudaEventRecord on that stream */
-    FW_INSERT_DRIVER_COPY,  /* cuMemcpyDtoHAsync_v2 on that stream */
+    FW_INSERT_DRIVER_COPY,  /* cuMemcpyDtoHAsync_v2 on that stream, found with cuGetProcAddress */
     FW_INSERT_KERNEL,       /* a launch of another kernel on that stream */
     FW_INSERT_OTHER_STREAM, /* a launch of another kernel on another stream */
     FW_INSERT_COUNT

@@ -63,6 +63,14 @@ START_TEST(procaddr_answers_wrappers_by_pointer)
     ck_assert(in_shim(p, "cuLaunchKernelEx_ptsz"));
     ck_assert_int_eq(gpa("cuGetProcAddress", &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS);
     ck_assert(in_shim(p, "cuGetProcAddress_v2"));
+    /* Calls that submit work or synchronise are answered too (they flush the engine). */
+    ck_assert_int_eq(gpa("cuMemcpyDtoHAsync", &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS);
+    ck_assert(in_shim(p, "cuMemcpyDtoHAsync_v2"));
+    ck_assert_int_eq(gpa("cuMemcpyDtoHAsync", &p, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st),
+                     CUDA_SUCCESS);
+    ck_assert(in_shim(p, "cuMemcpyDtoHAsync_v2_ptsz"));
+    ck_assert_int_eq(gpa("cuStreamSynchronize", &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS);
+    ck_assert(in_shim(p, "cuStreamSynchronize"));
     ck_assert_int_eq(gpa("cuKernelGetName", &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st), CUDA_SUCCESS);
     ck_assert(in_fake(p, "fake/libcuda.so.1"));
     p = (void *)1;

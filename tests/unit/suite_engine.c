@@ -27,8 +27,10 @@ static struct {
 
 /* One line per executed call: launches as their "exec" entry, library calls
  * by name (their descriptors are made per call), anything else with its
- * arguments.  The entry points' own launch records are left out: the
- * argument array a held-back launch passes is a copy. */
+ * arguments.  The entry points' own launch records are left out (the
+ * argument array a held-back launch passes is a copy), and so are lookups
+ * (cuGetProcAddress): they are queries, which never flush, so they may come
+ * before launches held back earlier. */
 static void write_log(const char *path)
 {
     FILE *f = fopen(path, "w");
@@ -36,11 +38,10 @@ static void write_log(const char *path)
     struct fakelog_entry e;
     for (size_t i = 0; fakelog_get(i, &e); i++) {
         if (strncmp(e.fn, "__cudaLaunchKernel", 18) == 0 || strncmp(e.fn, "cudaLaunchKernel", 16) == 0 ||
-            strncmp(e.fn, "cuLaunchKernel", 14) == 0)
+            strncmp(e.fn, "cuLaunchKernel", 14) == 0 || strncmp(e.fn, "cuGetProcAddress", 16) == 0)
             continue;
         fprintf(f, "%s", e.fn);
-        bool library = strcmp(e.lib, "cublasLt") == 0 || strcmp(e.lib, "cublas") == 0 ||
-                       strcmp(e.lib, "cudnn") == 0 || strncmp(e.fn, "cuGetProcAddress", 16) == 0;
+        bool library = strcmp(e.lib, "cublasLt") == 0 || strcmp(e.lib, "cublas") == 0 || strcmp(e.lib, "cudnn") == 0;
         for (int a = 0; !library && a < e.nargs; a++)
             fprintf(f, " %llx", (unsigned long long)e.args[a]);
         fprintf(f, " -> %lld\n", e.ret);
