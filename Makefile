@@ -12,6 +12,8 @@
 #               is linked.
 #   CUDNN_INC   directory of cudnn.h when the toolkit has none (default: the
 #               include directory of the nvidia-cudnn Python wheel, if any)
+#   NVCC        CUDA compiler for kernels/ (default: $(CUDA_HOME)/bin/nvcc);
+#               without one the library is built without kernels
 #   CC          C compiler (default: cc)
 #   SANITIZE    sanitizer flags for the check build
 #               (default: -fsanitize=address,undefined)
@@ -31,6 +33,12 @@ SHIM_LDFLAGS := -shared -Wl,--version-script=shim/exports.map -Wl,-z,defs -Wl,-z
 SHIM_LIBS := -ldl -lpthread
 
 SHIM_SRC  := $(wildcard shim/*.c)
+KERNEL_SRC := $(wildcard kernels/*.cu)
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+# No fast math: the kernels replicate PyTorch's rounding exactly.
+KERNEL_FLAGS := -O3 -std=c++17 -Xptxas -warn-spills -Werror all-warnings
+KERNEL_ARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a \
+               -gencode arch=compute_103a,code=sm_103a -gencode arch=compute_90,code=compute_90
 SHIM_HDR  := $(wildcard shim/*.h shim/*.def) shim/exports.map
 
 .PHONY: all check check-asan check-release check-tailjump check-exports bench-cpu env-table clean cuda-headers
@@ -42,13 +50,31 @@ cuda-headers:
 	  test -f "$(CUDA_INC)/$$h" || test -f "$(CUDNN_INC)/$$h" || { echo "h3shim: $$h not found in $(CUDA_INC) $(CUDNN_INC): set CUDA_HOME to a CUDA 12/13 toolkit, and CUDNN_INC to cuDNN's headers" >&2; exit 1; }; \
 	done
 
-$(B)/libh3shim.so: $(SHIM_SRC) $(SHIM_HDR) | cuda-headers
+# The fused ops' kernels: every kernels/*.cu in one fatbin (SASS for the
+# allowlisted SMs, PTX for later ones), embedded in the library as data and
+# loaded with the driver API at first use.  Without nvcc the blob is empty
+# and every op falls back to the unfused calls (reason no_kernels).
+$(B)/kernels.fatbin: $(KERNEL_SRC)
 	@mkdir -p $(@D)
-	$(CC) $(SHIM_CFLAGS) $(SHIM_LDFLAGS) -o $@ $(SHIM_SRC) $(SHIM_LIBS)
+	@if [ -x "$(NVCC)" ] || command -v "$(NVCC)" >/dev/null 2>&1; then \
+	  printf '#include "%s"\n' $(abspath $(KERNEL_SRC)) > $(B)/kernels_all.cu && \
+	  echo "$(NVCC) -fatbin $(KERNEL_ARCH) -o $@ $(B)/kernels_all.cu" && \
+	  $(NVCC) -fatbin $(KERNEL_FLAGS) $(KERNEL_ARCH) -o $@ $(B)/kernels_all.cu; \
+	else \
+	  echo "h3shim: warning: $(NVCC) not found: building without kernels (every op falls back)" >&2; \
+	  : > $@; \
+	fi
 
-$(B)/asan/libh3shim.so: $(SHIM_SRC) $(SHIM_HDR) | cuda-headers
+$(B)/kernels_fatbin.o: $(B)/kernels.fatbin
+	cd $(B) && ld -r -b binary -z noexecstack -o kernels_fatbin.o kernels.fatbin
+
+$(B)/libh3shim.so: $(SHIM_SRC) $(SHIM_HDR) $(B)/kernels_fatbin.o | cuda-headers
 	@mkdir -p $(@D)
-	$(CC) $(SHIM_CFLAGS) -O1 -fno-omit-frame-pointer $(SANITIZE) $(SHIM_LDFLAGS) -o $@ $(SHIM_SRC) $(SHIM_LIBS)
+	$(CC) $(SHIM_CFLAGS) $(SHIM_LDFLAGS) -o $@ $(SHIM_SRC) $(B)/kernels_fatbin.o $(SHIM_LIBS)
+
+$(B)/asan/libh3shim.so: $(SHIM_SRC) $(SHIM_HDR) $(B)/kernels_fatbin.o | cuda-headers
+	@mkdir -p $(@D)
+	$(CC) $(SHIM_CFLAGS) -O1 -fno-omit-frame-pointer $(SANITIZE) $(SHIM_LDFLAGS) -o $@ $(SHIM_SRC) $(B)/kernels_fatbin.o $(SHIM_LIBS)
 
 include tests/tests.mk
 

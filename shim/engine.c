@@ -34,10 +34,14 @@ bool h3_engine_on;
 #define H3_ENGINE_MAX_SIGS 8
 
 /* For every call of a signature, the first and last call of its group, or
- * -1 for a call in no group (library calls). */
+ * -1 for a call in no group (library calls); the ranges the enabled ops
+ * replace, and which range starts at each call (-1: none). */
+#define H3_ENGINE_MAX_RANGES 64
 struct h3_groups {
     const struct h3_sig *sig;
-    int32_t *first, *last;
+    int32_t *first, *last, *range_at;
+    struct h3_op_range ranges[H3_ENGINE_MAX_RANGES];
+    unsigned nranges;
 };
 static struct h3_groups h3_groups[H3_ENGINE_MAX_SIGS];
 static unsigned h3_ngroups;
@@ -50,6 +54,65 @@ static const struct h3_groups *h3_groups_of(const struct h3_sig *sig)
     return NULL;
 }
 
+/* Whether calls [first, last] are free of every range already planned. */
+static bool h3_groups_free(const struct h3_groups *g, uint32_t first, uint32_t last)
+{
+    for (unsigned r = 0; r < g->nranges; r++)
+        if (!(last < g->ranges[r].first || first > g->ranges[r].last))
+            return false;
+    return true;
+}
+
+/* Asks every enabled op for the ranges it replaces in each group; fused ops
+ * come first, and a call belongs to one range at most. */
+static void h3_groups_plan(struct h3_groups *g)
+{
+    const struct h3_sig *sig = g->sig;
+    for (uint32_t j = 0; j < sig->ncalls; j++)
+        g->range_at[j] = -1;
+    for (uint32_t j = 0; j < sig->ncalls; j++) {
+        if (g->first[j] != (int32_t)j)
+            continue;
+        for (unsigned o = h3_ops_count(); o-- > 0;) {
+            const struct h3_op *op = h3_ops_get(o);
+            if (!h3_op_enabled(op))
+                continue;
+            struct h3_op_range found[8];
+            unsigned n = op->plan(sig, j, (uint32_t)g->last[j], found, 8);
+            for (unsigned k = 0; k < n && g->nranges < H3_ENGINE_MAX_RANGES; k++) {
+                if (op->test_only) { /* the replay op takes each run of calls the fused ops left */
+                    for (uint32_t c = found[k].first; c <= found[k].last && g->nranges < H3_ENGINE_MAX_RANGES;) {
+                        uint32_t e = c;
+                        while (e <= found[k].last && h3_groups_free(g, e, e))
+                            e++;
+                        if (e > c) {
+                            g->ranges[g->nranges] = (struct h3_op_range){.op = op, .first = c, .last = e - 1};
+                            g->range_at[c] = (int32_t)g->nranges++;
+                        }
+                        c = e + 1;
+                    }
+                    continue;
+                }
+                if (!h3_groups_free(g, found[k].first, found[k].last))
+                    continue;
+                g->ranges[g->nranges] = found[k];
+                g->range_at[found[k].first] = (int32_t)g->nranges++;
+                H3_INFO(H3_SUB_ENGINE, "signature %s/%s: op %s takes calls %u-%u", sig->model, sig->group,
+                        op->name, found[k].first, found[k].last);
+            }
+        }
+    }
+}
+
+/* Whether some op takes a range in the group starting at call `first`. */
+static bool h3_group_wanted(const struct h3_groups *g, uint32_t first)
+{
+    for (uint32_t c = first; c <= (uint32_t)g->last[first]; c++)
+        if (g->range_at[c] >= 0)
+            return true;
+    return false;
+}
+
 static void h3_groups_build(void)
 {
     unsigned n = h3_signatures_count();
@@ -58,9 +121,11 @@ static void h3_groups_build(void)
         struct h3_groups *g = &h3_groups[h3_ngroups];
         g->first = calloc(sig->ncalls, sizeof(int32_t));
         g->last = calloc(sig->ncalls, sizeof(int32_t));
-        if (g->first == NULL || g->last == NULL) {
+        g->range_at = calloc(sig->ncalls, sizeof(int32_t));
+        if (g->first == NULL || g->last == NULL || g->range_at == NULL) {
             free(g->first);
             free(g->last);
+            free(g->range_at);
             continue;
         }
         g->sig = sig;
@@ -77,6 +142,7 @@ static void h3_groups_build(void)
             if (j < sig->ncalls && !launch)
                 g->first[j] = g->last[j] = -1;
         }
+        h3_groups_plan(g);
         h3_ngroups++;
     }
 }
@@ -100,36 +166,7 @@ static const char *const h3_flush_names[H3_FLUSH_COUNT] = {
 static atomic_ulong h3_flushes[H3_FLUSH_COUNT], h3_flushed_calls[H3_FLUSH_COUNT];
 static atomic_ulong h3_deferred_calls, h3_issue_errors;
 
-/* ---- the ops ---- */
-
-struct h3_queue;
-
-struct h3_op {
-    const char *name;
-    const bool *enabled; /* its H3SHIM_OP_* switch */
-    atomic_ulong runs, calls;
-};
-
-/* The built-in test op: issues the group's calls exactly as they were made. */
-static struct h3_op h3_op_replay = {"replay", &h3_config.op_replay, 0, 0};
-
-/* The op that takes the group starting at call `first` of `sig`, or NULL. */
-static struct h3_op *h3_op_for(const struct h3_sig *sig, uint32_t first)
-{
-    (void)sig, (void)first;
-    return h3_config.op_replay ? &h3_op_replay : NULL;
-}
-
 /* ---- the per-thread queue ---- */
-
-struct h3_deferred {
-    enum h3_fn fn;
-    const void *handle;
-    dim3 grid, block;
-    unsigned shmem;
-    const void *stream;
-    void **argv; /* in the queue's arena, pointing at the copied parameters */
-};
 
 struct h3_queue {
     const struct h3_sig *sig;
@@ -138,7 +175,6 @@ struct h3_queue {
     uint32_t next; /* the signature call expected next */
     uint32_t n;
     size_t used;
-    struct h3_op *op;
     struct h3_deferred *calls;
     unsigned char *arena;
 };
@@ -190,25 +226,37 @@ static long long h3_issue(const struct h3_deferred *d)
     }
 }
 
-/* Issues every queued call in order and empties the queue. */
-static void h3_queue_issue(struct h3_queue *q)
+unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n)
 {
+    unsigned failed = 0;
     h3_depth++; /* the runtime launches through the driver: not a new call */
-    for (uint32_t i = 0; i < q->n; i++) {
-        long long r = h3_issue(&q->calls[i]);
+    for (uint32_t i = 0; i < n; i++) {
+        long long r = h3_issue(&calls[i]);
         if (r != 0) {
+            failed++;
             atomic_fetch_add_explicit(&h3_issue_errors, 1, memory_order_relaxed);
             H3_WARN_ONCE(H3_SUB_ENGINE,
                          "a deferred %s returned %lld when issued; the error surfaces at the "
                          "caller's next error check, not at the launch",
-                         h3_hooks[q->calls[i].fn].name, r);
+                         h3_hooks[calls[i].fn].name, r);
         }
     }
     h3_depth--;
+    return failed;
+}
+
+static void h3_queue_clear(struct h3_queue *q)
+{
     q->n = 0;
     q->used = 0;
     q->sig = NULL;
-    q->op = NULL;
+}
+
+/* Issues every queued call untouched, in order, and empties the queue. */
+static void h3_queue_issue(struct h3_queue *q)
+{
+    h3_engine_issue(q->calls, q->n);
+    h3_queue_clear(q);
 }
 
 /* Issues the queue untouched, counting why; records it on `c` if given. */
@@ -305,17 +353,32 @@ static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
     return true;
 }
 
-/* Runs the queue's op on its complete group. */
-static void h3_op_run(struct h3_queue *q, struct h3_call *c)
+/* The group in the queue is complete: each op range runs its op (or, when
+ * the op cannot, its calls untouched); the other calls are issued as made. */
+static void h3_group_run(struct h3_queue *q, struct h3_call *c)
 {
-    struct h3_op *op = q->op;
-    atomic_fetch_add_explicit(&op->runs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&op->calls, q->n, memory_order_relaxed);
+    const struct h3_groups *g = q->groups;
+    uint32_t first = (uint32_t)g->first[q->next - 1];
     c->decision = "op";
-    c->op = op->name;
-    c->op_calls = q->n;
-    /* The replay op: the calls exactly as they were made. */
-    h3_queue_issue(q);
+    for (uint32_t i = 0; i < q->n;) {
+        int32_t r = g->range_at[first + i];
+        uint32_t len = r >= 0 ? g->ranges[r].last - g->ranges[r].first + 1 : 1;
+        if (r >= 0 && i + len <= q->n) {
+            const char *why = h3_op_run(&g->ranges[r], &q->calls[i]);
+            if (why == NULL) {
+                if (c->op == NULL || g->ranges[r].op != &h3_op_replay)
+                    c->op = g->ranges[r].op->name;
+                c->op_calls += len;
+            } else {
+                c->op_fallback = why;
+                h3_engine_issue(&q->calls[i], len);
+            }
+        } else {
+            h3_engine_issue(&q->calls[i], len);
+        }
+        i += len;
+    }
+    h3_queue_clear(q);
 }
 
 /* Whether launch `c`, matched as call `j` of a group, can be held back. */
@@ -356,8 +419,7 @@ bool h3_engine_before(struct h3_call *c)
     bool starts = (uint32_t)g->first[j] == j;
     if (!starts && (q == NULL || q->n == 0))
         return false; /* the group's first calls were issued already */
-    struct h3_op *op = starts ? h3_op_for(c->match_sig, j) : q->op;
-    if (op == NULL || !h3_call_deferrable(c))
+    if ((starts && !h3_group_wanted(g, j)) || !h3_call_deferrable(c))
         return false;
     if (q == NULL && (q = h3_queue_get()) == NULL)
         return false;
@@ -370,33 +432,34 @@ bool h3_engine_before(struct h3_call *c)
     q->groups = g;
     q->stream = c->stream;
     q->next = j + 1;
-    q->op = op;
     c->decision = "deferred";
     if ((uint32_t)g->last[j] == j)
-        h3_op_run(q, c);
+        h3_group_run(q, c);
     return true;
 }
 
 void h3_engine_setup(void)
 {
+    h3_ops_setup();
+    bool any_op = false;
+    for (unsigned o = 0; o < h3_ops_count(); o++)
+        any_op |= h3_op_enabled(h3_ops_get(o));
+    if (!h3_config.engine || !any_op)
+        return;
     h3_groups_build();
-    bool any_op = h3_config.op_replay;
-    h3_engine_on = h3_config.engine && any_op && h3_ngroups > 0;
+    for (unsigned i = 0; i < h3_ngroups; i++)
+        h3_engine_on |= h3_groups[i].nranges > 0;
 }
 
 void h3_engine_print_stats(void (*line)(const char *fmt, ...))
 {
     if (!h3_engine_on) {
-        line("engine: off (%s)", !h3_config.engine ? "H3SHIM_ENGINE=0" : "no op enabled");
+        line("engine: off (%s)", !h3_config.engine ? "H3SHIM_ENGINE=0" : "no op enabled takes a group");
         return;
     }
     unsigned long issue_errors = atomic_load(&h3_issue_errors);
     line("engine: %lu launches deferred; %lu issued with an error", atomic_load(&h3_deferred_calls), issue_errors);
-    const struct h3_op *ops[] = {&h3_op_replay};
-    for (size_t i = 0; i < H3_ARRAY_LEN(ops); i++)
-        if (*ops[i]->enabled)
-            line("op %-12s %lu groups run (%lu calls)", ops[i]->name, atomic_load(&ops[i]->runs),
-                 atomic_load(&ops[i]->calls));
+    h3_ops_print_stats(line);
     for (int w = 0; w < H3_FLUSH_COUNT; w++) {
         unsigned long n = atomic_load(&h3_flushes[w]);
         if (n != 0)
@@ -413,17 +476,13 @@ void h3_engine_reset(void)
     }
     atomic_store(&h3_deferred_calls, 0);
     atomic_store(&h3_issue_errors, 0);
-    atomic_store(&h3_op_replay.runs, 0);
-    atomic_store(&h3_op_replay.calls, 0);
+    h3_ops_reset();
 }
 
 void h3_engine_after_fork_child(void)
 {
     /* The parent issues its own deferred calls; the child must not repeat them. */
-    if (h3_queue != NULL) {
-        h3_queue->n = 0;
-        h3_queue->used = 0;
-        h3_queue->sig = NULL;
-    }
+    if (h3_queue != NULL)
+        h3_queue_clear(h3_queue);
     h3_engine_reset();
 }

@@ -82,6 +82,9 @@ struct h3_config {
     bool match;
     bool engine;
     bool op_replay;
+    const char *ops;
+    const char *op_swiglu;
+    const char *sm_allow;
     long engine_max_calls;
     long engine_max_bytes;
     int debug_level;
@@ -272,7 +275,8 @@ struct h3_call {
     uint32_t flushed;               /* deferred calls issued before this one */
     const char *flush_reason;       /* why they were (a string literal) */
     const char *op;                 /* the op that ran at this call, or NULL */
-    uint32_t op_calls;              /* the calls that op was given */
+    uint32_t op_calls;              /* the calls the ops replaced */
+    const char *op_fallback;        /* why an op of this group could not run */
     union {
         struct h3_lt_desc lt;
         struct h3_gemm_desc gemm;
@@ -399,6 +403,20 @@ void h3_match_interrupt(void);
 
 /* ---- engine.c: deferral, flush and the ops (H3SHIM_ENGINE) ---- */
 
+/* A launch the engine holds back: what it takes to issue it again. */
+struct h3_deferred {
+    enum h3_fn fn;
+    const void *handle;
+    dim3 grid, block;
+    unsigned shmem;
+    const void *stream;
+    void **argv; /* pointing at the copied parameters */
+};
+
+/* Issues held-back launches through the entry points they were made to, in
+ * order; returns how many failed. */
+unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n);
+
 /* Whether the engine may defer launches: matching on, H3SHIM_ENGINE on and an
  * op enabled.  Set by h3_engine_setup(). */
 extern bool h3_engine_on;
@@ -416,6 +434,58 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...));
 void h3_engine_reset(void);
 /* In a fork child: the parent's deferred launches are dropped, not issued. */
 void h3_engine_after_fork_child(void);
+
+/* ---- ops.c: the fused ops, their switches and counters ---- */
+
+struct h3_op;
+
+/* Calls [first, last] of a signature's group that an op replaces, and what
+ * its planner read from the signature for it. */
+struct h3_op_range {
+    const struct h3_op *op;
+    uint32_t first, last;
+    int64_t arg[8];
+};
+
+struct h3_op {
+    const char *name;
+    const char *switch_name;   /* its H3SHIM_OP_<NAME> variable */
+    bool test_only;            /* not part of H3SHIM_OPS=all */
+    const int *validated_sms;  /* where it is validated: on by default there */
+    unsigned nvalidated;
+    /* Finds the ranges of group [first, last] of `sig` that this op can
+     * replace; returns how many it wrote to out[0..max). */
+    unsigned (*plan)(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
+                     unsigned max);
+    /* Runs the op in place of calls[0 .. last-first]; returns NULL when it
+     * ran, else why not (then nothing was launched, and the engine issues
+     * the calls untouched). */
+    const char *(*run)(const struct h3_op_range *r, const struct h3_deferred *calls);
+};
+
+/* Chooses the ops from H3SHIM_OPS, H3SHIM_OP_* and H3SHIM_SM_ALLOW. */
+void h3_ops_setup(void);
+/* Number of ops and op `i`; whether it is enabled. */
+unsigned h3_ops_count(void);
+const struct h3_op *h3_ops_get(unsigned i);
+bool h3_op_enabled(const struct h3_op *op);
+/* Runs `op` on a complete range: checks the SM, then op->run; counts the
+ * outcome.  Returns NULL when the op ran, else the fallback reason. */
+const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls);
+void h3_ops_print_stats(void (*line)(const char *fmt, ...));
+void h3_ops_reset(void);
+
+extern const struct h3_op h3_op_replay, h3_op_swiglu;
+
+/* ---- kernels.c: the embedded kernels ---- */
+
+/* Bytes of the embedded fatbin (0: built without nvcc). */
+size_t h3_kernels_image_size(void);
+/* Kernel `name` of the embedded fatbin in the current context, loading the
+ * module at first use; NULL with *why set (a fallback reason). */
+CUfunction h3_kernels_function(const char *name, const char **why);
+/* The current device's compute capability as major*10+minor, -1 unknown. */
+int h3_kernels_sm(void);
 
 /* ---- cudnn.c ---- */
 

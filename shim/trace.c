@@ -305,6 +305,10 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
         h3_buf_json_str(b, c->op);
         h3_buf_printf(b, ",\"op_calls\":%u", c->op_calls);
     }
+    if (c->op_fallback != NULL) {
+        h3_buf_puts(b, ",\"op_fallback\":");
+        h3_buf_json_str(b, c->op_fallback);
+    }
     if (full && h3_config.trace_backtrace > 0) {
         void *frames[64];
         int n = h3_backtrace(frames, (int)h3_config.trace_backtrace);

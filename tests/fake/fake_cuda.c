@@ -4,6 +4,8 @@
  * -Bsymbolic so that cuGetProcAddress hands out the library's own functions,
  * as the real driver does.
  */
+#include <stdlib.h>
+
 #include "nvapi.h"
 #include "fake.h"
 
@@ -64,6 +66,61 @@ FAKE_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *offs
 FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
 {
     *dev = 0;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx)
+{
+    *ctx = (CUcontext)0xc0c0;
+    return CUDA_SUCCESS;
+}
+
+/* The compute capability is FAKE_SM (default 90). */
+FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice dev)
+{
+    const char *env = getenv("FAKE_SM");
+    int sm = env != NULL ? atoi(env) : 90;
+    (void)dev;
+    if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        *v = sm / 10;
+    else if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+        *v = sm % 10;
+    else
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * Modules: any image loads (unless FAKE_MODULE_FAIL is set) and holds the
+ * fused ops' kernels as fake kernels.  h3_swiglu_f16 logs an entry
+ * "swiglu_check" with 1 when its arguments have the H3 block's layout (the up
+ * half 8192 elements after the gate, rows of 16384, 1797 rows of 8192).
+ */
+static void fake_swiglu(void **p)
+{
+    uint64_t gate = *(uint64_t *)p[0], up = *(uint64_t *)p[1];
+    long long stride = *(long long *)p[2], rows = *(long long *)p[5], width = *(long long *)p[6];
+    uint64_t ok = up == gate + 2 * 8192 && stride == 16384 && rows == 1797 && width == 8192;
+    fakelog_call("cuda", "swiglu_check", 1, &ok, 0);
+}
+
+static struct fake_kernel fake_module_kernels[1];
+
+FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
+{
+    if (getenv("FAKE_MODULE_FAIL") != NULL || image == NULL)
+        return CUDA_ERROR_INVALID_IMAGE;
+    static const size_t sizes[7] = {8, 8, 8, 8, 8, 8, 8};
+    fake_kernel_init(&fake_module_kernels[0], "h3_swiglu_f16", 7, sizes, fake_swiglu);
+    *mod = (CUmodule)fake_module_kernels;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name)
+{
+    if (mod != (CUmodule)fake_module_kernels || strcmp(name, "h3_swiglu_f16") != 0)
+        return CUDA_ERROR_NOT_FOUND;
+    *f = (CUfunction)&fake_module_kernels[0];
     return CUDA_SUCCESS;
 }
 

@@ -134,6 +134,33 @@ static long stat_after(const char *stats, const char *key)
     return p != NULL ? strtol(p + strlen(key), NULL, 10) : -1;
 }
 
+/* The end of a stats text, short enough for a Check message. */
+static const char *tail_of(const char *stats)
+{
+    size_t n = strlen(stats);
+    return n > 1500 ? stats + n - 1500 : stats;
+}
+
+static size_t count_lines_starting(const char *text, const char *prefix)
+{
+    size_t n = strncmp(text, prefix, strlen(prefix)) == 0;
+    for (const char *p = strchr(text, '\n'); p != NULL; p = strchr(p + 1, '\n'))
+        n += strncmp(p + 1, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+#define H3_ARRAY_LEN_T(a) (sizeof(a) / sizeof((a)[0]))
+
+/* With several ops: deferred launches = launches the ops took + those flushed. */
+static void check_accounting_ops(const char *stats)
+{
+    long deferred = stat_after(stats, "engine: ");
+    long taken = 0;
+    for (const char *p = strstr(stats, "groups run ("); p != NULL; p = strstr(p + 1, "groups run ("))
+        taken += strtol(p + strlen("groups run ("), NULL, 10);
+    ck_assert_msg(deferred >= 0 && deferred >= taken, "deferred %ld, taken by ops %ld", deferred, taken);
+}
+
 /* Deferred launches are issued exactly once: by the op or by a flush. */
 static void check_accounting(const char *stats)
 {
@@ -363,6 +390,115 @@ START_TEST(engine_off_defers_nothing)
 }
 END_TEST
 
+/* The execution log without some lines: exec lines whose grid.x and
+ * block.x (hex words 3 and 5) are gx and bx, and lines starting with `drop`. */
+static char *log_without(const char *log, const char *gx, const char *bx, const char *drop)
+{
+    char *out = calloc(1, strlen(log) + 1), *copy = strdup(log);
+    for (char *l = strtok(copy, "\n"); l != NULL; l = strtok(NULL, "\n")) {
+        char w[6][32] = {{0}};
+        sscanf(l, "%31s %31s %31s %31s %31s %31s", w[0], w[1], w[2], w[3], w[4], w[5]);
+        bool exec_match = strcmp(w[0], "exec") == 0 && strcmp(w[2], gx) == 0 && strcmp(w[5], bx) == 0;
+        if (exec_match || (drop != NULL && strncmp(l, drop, strlen(drop)) == 0))
+            continue;
+        strcat(out, l);
+        strcat(out, "\n");
+    }
+    free(copy);
+    return out;
+}
+
+START_TEST(swiglu_replaces_silu_and_mul)
+{
+    char *base = replay_with("base", t_disabled, NULL);
+    static const char *const env[] = {"H3SHIM_OP_SWIGLU=1", NULL};
+    char *stats;
+    char *log = replay_with("swiglu", env, &stats);
+    ck_assert_msg(strstr(stats, "op swiglu       9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+    check_accounting_ops(stats);
+    /* Nine fused launches, each with the block's layout ... */
+    ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 0 "), 0);
+    /* ... in place of the silu and mul launches (grid 28752 = 0x7050, block 128),
+     * everything else executed as without the shim. */
+    char *want = log_without(base, "7050", "80", NULL);
+    char *got = log_without(log, "1080", "100", "swiglu_check");
+    ck_assert_uint_eq(t_count_lines(base) - t_count_lines(want), 2 * T_INSTANCES);
+    ck_assert_uint_eq(t_count_lines(log) - t_count_lines(got), 2 * T_INSTANCES);
+    ck_assert_msg(strcmp(want, got) == 0, "the other calls changed");
+    free(want);
+    free(got);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+/* Each fallback issues the unfused calls exactly, and is counted. */
+static void expect_fallback(const char *const *env, const char *reason)
+{
+    char *base = replay_with("base", t_disabled, NULL);
+    char *stats;
+    char *log = replay_with("fallback", env, &stats);
+    ck_assert_msg(strcmp(base, log) == 0, "%s: the fakes executed another stream of calls", reason);
+    char want[128];
+    snprintf(want, sizeof(want), "op swiglu       fallback %-20s %d", reason, T_INSTANCES);
+    ck_assert_msg(strstr(stats, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats));
+    ck_assert_msg(strstr(stats, "op swiglu       0 groups run") != NULL, "%s", tail_of(stats));
+    free(stats);
+    free(log);
+    free(base);
+}
+
+START_TEST(swiglu_falls_back_on_an_sm_outside_the_allowlist)
+{
+    static const char *const env[] = {"H3SHIM_OP_SWIGLU=1", "FAKE_SM=80", NULL};
+    expect_fallback(env, "sm_not_allowed");
+    static const char *const allow[] = {"H3SHIM_OP_SWIGLU=1", "H3SHIM_SM_ALLOW=100", NULL};
+    expect_fallback(allow, "sm_not_allowed");
+}
+END_TEST
+
+START_TEST(swiglu_falls_back_without_its_kernels)
+{
+    static const char *const env[] = {"H3SHIM_OP_SWIGLU=1", "FAKE_MODULE_FAIL=1", NULL};
+    expect_fallback(env, "module_load_failed");
+}
+END_TEST
+
+START_TEST(switches_choose_the_ops)
+{
+    char *base = replay_with("base", t_disabled, NULL);
+    struct {
+        const char *env[4];
+        const char *expect;
+    } cases[] = {
+        /* swiglu is validated nowhere yet: off by default, on when named. */
+        {{NULL}, "passthrough  matching_off"},
+        {{"H3SHIM_OPS=all", NULL}, "op swiglu       9 groups run"},
+        {{"H3SHIM_OPS=swiglu", NULL}, "op swiglu       9 groups run"},
+        {{"H3SHIM_OPS=none", "H3SHIM_OP_SWIGLU=1", NULL}, "op swiglu       9 groups run"},
+        {{"H3SHIM_OPS=all", "H3SHIM_OP_SWIGLU=0", NULL}, "passthrough  matching_off"},
+        {{"H3SHIM_OPS=bogus", NULL}, "H3SHIM_OPS names 'bogus', which is not an op"},
+        {{"H3SHIM_OP_SWIGLU=yes", NULL}, "H3SHIM_OP_SWIGLU=yes: expected 0 or 1"},
+        /* With the replay op too, swiglu takes its two calls and replay the rest (calls 37-38 of that group). */
+        {{"H3SHIM_OP_SWIGLU=1", "H3SHIM_OP_REPLAY=1", NULL}, "op replay       54 groups run (315 calls)"},
+    };
+    for (size_t i = 0; i < H3_ARRAY_LEN_T(cases); i++) {
+        char *stats;
+        char *log = replay_with("switch", cases[i].env, &stats);
+        ck_assert_msg(strstr(stats, cases[i].expect) != NULL, "case %zu: expected '%s' in\n%s", i, cases[i].expect,
+                      tail_of(stats));
+        if (strstr(cases[i].expect, "groups run") == NULL)
+            ck_assert_msg(strcmp(base, log) == 0, "case %zu: the fakes executed another stream of calls", i);
+        free(stats);
+        free(log);
+    }
+    free(base);
+}
+END_TEST
+
 static void engine_setup(void)
 {
     t_setup();
@@ -383,5 +519,13 @@ Suite *t_suite_engine(void)
     tcase_add_test(tc, groups_over_the_limits_are_issued_untouched);
     tcase_add_test(tc, engine_off_defers_nothing);
     suite_add_tcase(s, tc);
+    TCase *ops = tcase_create("ops");
+    tcase_add_checked_fixture(ops, engine_setup, t_teardown);
+    tcase_set_timeout(ops, 300);
+    tcase_add_test(ops, swiglu_replaces_silu_and_mul);
+    tcase_add_test(ops, swiglu_falls_back_on_an_sm_outside_the_allowlist);
+    tcase_add_test(ops, swiglu_falls_back_without_its_kernels);
+    tcase_add_test(ops, switches_choose_the_ops);
+    suite_add_tcase(s, ops);
     return s;
 }

@@ -1,0 +1,144 @@
+/*
+ * The swiglu op: PyTorch's SiLU launch on the first half of a GEMM output
+ * and the mul launch by the second half, as one kernel (kernels/swiglu.cu).
+ *
+ * Planning reads the signature: a silu_kernel launch followed in its group
+ * by a MulFunctor launch of the same element count, both strided 2-D
+ * (OffsetCalculator with 2 dims) over `rows` rows of `width` FP16 elements,
+ * the mul reading the silu output and the silu input moved by `width`
+ * elements.  Everything the kernel relies on (counts, strides, dtypes,
+ * wiring) is in the signature's compared bytes and references, so a matched
+ * group has exactly that layout; only the pointers change, and they are read
+ * from the held-back launches' parameters.
+ * Writes both the silu output and the product, as the unfused launches do.
+ */
+#include "h3shim.h"
+
+#include <string.h>
+
+/* Where each planned value lives in h3_op_range.arg. */
+enum { SW_ROWS, SW_WIDTH, SW_IN_STRIDE, SW_SILU_OUT, SW_SILU_IN, SW_MUL_OUT };
+
+static const int h3_swiglu_validated[] = {0}; /* none yet: see README */
+
+/* u32 of a launch's recorded bytes at (param, offset); false if not recorded. */
+static bool h3_sig_u32(const struct h3_sig_call *c, uint16_t param, uint16_t offset, uint32_t *out)
+{
+    for (uint32_t i = 0; i < c->nbytes; i++) {
+        const struct h3_sig_bytes *b = &c->bytes[i];
+        if (b->param == param && b->offset <= offset && offset + 4 <= b->offset + b->len) {
+            memcpy(out, b->data + (offset - b->offset), 4);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The element-wise closure's 2-D layout: count, sizes, and each operand's row stride in bytes. */
+struct h3_ew2d {
+    uint32_t n, width, rows;
+    uint32_t elem[3], row[3];
+};
+
+/* Reads an elementwise_kernel<128,4> closure with OffsetCalculator<nargs> at offset 0 of param 1. */
+static bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew2d *l)
+{
+    uint32_t dims;
+    if (c->nparams != 2 || !h3_sig_u32(c, 0, 0, &l->n) || !h3_sig_u32(c, 1, 0, &dims) || dims != 2 ||
+        !h3_sig_u32(c, 1, 4, &l->width) || !h3_sig_u32(c, 1, 16, &l->rows))
+        return false;
+    const uint16_t strides = 4 + 25 * 12;
+    for (unsigned a = 0; a < nargs; a++)
+        if (!h3_sig_u32(c, 1, (uint16_t)(strides + 4 * a), &l->elem[a]) ||
+            !h3_sig_u32(c, 1, (uint16_t)(strides + 4 * nargs + 4 * a), &l->row[a]))
+            return false;
+    return l->n == l->width * l->rows;
+}
+
+/* The slot of call `c` at (param, offset), or -1. */
+static int h3_slot_at(const struct h3_sig_call *c, uint16_t param, uint16_t offset)
+{
+    for (uint32_t i = 0; i < c->nslots; i++)
+        if (c->slots[i].param == param && c->slots[i].offset == offset)
+            return (int)i;
+    return -1;
+}
+
+static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
+                               unsigned max)
+{
+    unsigned n = 0;
+    for (uint32_t j = first; j < last && n < max; j++) {
+        const struct h3_sig_call *s = &sig->calls[j], *m = &sig->calls[j + 1];
+        if (strstr(s->kernel, "silu_kernel") == NULL || strstr(m->kernel, "MulFunctor") == NULL ||
+            strstr(s->kernel, "c104Half") == NULL || strstr(m->kernel, "IN3c104HalfES5_S5_") == NULL)
+            continue;
+        struct h3_ew2d ls, lm;
+        if (!h3_ew2d_read(s, 2, &ls) || !h3_ew2d_read(m, 3, &lm) || ls.n != lm.n || ls.width != lm.width)
+            continue;
+        /* FP16 everywhere; outputs dense; the two inputs share a row stride. */
+        uint32_t w2 = 2 * ls.width;
+        if (ls.elem[0] != 2 || ls.elem[1] != 2 || lm.elem[0] != 2 || lm.elem[1] != 2 || lm.elem[2] != 2 ||
+            ls.row[0] != w2 || lm.row[0] != w2 || lm.row[1] != w2 || lm.row[2] != ls.row[1] || ls.row[1] % 2)
+            continue;
+        /* The data pointers right after the OffsetCalculator: silu (out, in), mul (out, a, b). */
+        const uint16_t data_s = (4 + 25 * 12 + 25 * 2 * 4 + 7) & ~7, data_m = (4 + 25 * 12 + 25 * 3 * 4 + 7) & ~7;
+        int so = h3_slot_at(s, 1, data_s), si = h3_slot_at(s, 1, data_s + 8);
+        int mo = h3_slot_at(m, 1, data_m), ma = h3_slot_at(m, 1, data_m + 8), mb = h3_slot_at(m, 1, data_m + 16);
+        if (so < 0 || si < 0 || mo < 0 || ma < 0 || mb < 0)
+            continue;
+        const struct h3_sig_slot *a = &m->slots[ma], *b = &m->slots[mb];
+        if (a->ref != H3_REF_SLOT || a->ref_call != j || a->ref_slot != (uint32_t)so || a->delta != 0 ||
+            b->ref != H3_REF_SLOT || b->ref_call != j || b->ref_slot != (uint32_t)si || b->delta != (int64_t)w2)
+            continue;
+        out[n++] = (struct h3_op_range){
+            .op = &h3_op_swiglu,
+            .first = j,
+            .last = j + 1,
+            .arg = {ls.rows, ls.width, ls.row[1] / 2, data_s, data_s + 8, data_m},
+        };
+        j++;
+    }
+    return n;
+}
+
+static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_deferred *calls)
+{
+    const char *why = NULL;
+    CUfunction fn = h3_kernels_function("h3_swiglu_f16", &why);
+    if (fn == NULL)
+        return why;
+    const struct h3_deferred *silu = &calls[0], *mul = &calls[1];
+    if (silu->stream != mul->stream || silu->fn != mul->fn)
+        return "streams_differ";
+    const unsigned char *ps = silu->argv[1], *pm = mul->argv[1];
+    uint64_t silu_out, gate, out;
+    memcpy(&silu_out, ps + r->arg[SW_SILU_OUT], 8);
+    memcpy(&gate, ps + r->arg[SW_SILU_IN], 8);
+    memcpy(&out, pm + r->arg[SW_MUL_OUT], 8);
+    uint64_t up = gate + 2 * (uint64_t)r->arg[SW_WIDTH];
+    long long stride = r->arg[SW_IN_STRIDE], rows = r->arg[SW_ROWS], width = r->arg[SW_WIDTH];
+    void *args[] = {&gate, &up, &stride, &silu_out, &out, &rows, &width};
+    long long n = rows * width;
+    unsigned threads = 256, blocks = (unsigned)((n + threads - 1) / threads);
+    if (blocks > 132u * 32u)
+        blocks = 132u * 32u;
+    bool ptsz = silu->fn == H3_FN___cudaLaunchKernel_ptsz || silu->fn == H3_FN_cudaLaunchKernel_ptsz ||
+                silu->fn == H3_FN_cuLaunchKernel_ptsz;
+    __typeof__(&cuLaunchKernel) launch = h3_real_fn(ptsz ? H3_FN_cuLaunchKernel_ptsz : H3_FN_cuLaunchKernel);
+    if (launch == NULL)
+        return "no_driver";
+    h3_depth++;
+    CUresult res = launch(fn, blocks, 1, 1, threads, 1, 1, 0, (CUstream)(uintptr_t)silu->stream, args, NULL);
+    h3_depth--;
+    return res == CUDA_SUCCESS ? NULL : "launch_failed";
+}
+
+const struct h3_op h3_op_swiglu = {
+    .name = "swiglu",
+    .switch_name = "H3SHIM_OP_SWIGLU",
+    .validated_sms = h3_swiglu_validated,
+    .nvalidated = 0,
+    .plan = h3_swiglu_plan,
+    .run = h3_swiglu_run,
+};

@@ -1,0 +1,233 @@
+/*
+ * The fused ops: which are on, the GPUs they may run on, and what each did.
+ *
+ * Owns: the op table, the switches (H3SHIM_OPS, H3SHIM_OP_<NAME>), the SM
+ * allowlist (H3SHIM_SM_ALLOW) and the per-op counters (runs, and fallbacks
+ * per reason).
+ * Invariants: an op is on by default only where it is validated (its
+ * validated_sms); H3SHIM_OPS=all or naming it turns it on anywhere in the
+ * allowlist, with a warning on an SM where it is not validated.  An op that
+ * cannot run returns a reason before launching anything, and the engine
+ * issues the unfused calls instead: a fallback is never a changed result.
+ * Never: runs an op on an SM outside the allowlist.
+ */
+#include "h3shim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The built-in test op: issues the group exactly as it was made. */
+static unsigned h3_replay_plan(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
+                               unsigned max)
+{
+    (void)sig;
+    if (max == 0)
+        return 0;
+    out[0] = (struct h3_op_range){.op = &h3_op_replay, .first = first, .last = last};
+    return 1;
+}
+
+static const char *h3_replay_run(const struct h3_op_range *r, const struct h3_deferred *calls)
+{
+    h3_engine_issue(calls, r->last - r->first + 1);
+    return NULL;
+}
+
+const struct h3_op h3_op_replay = {
+    .name = "replay",
+    .switch_name = "H3SHIM_OP_REPLAY",
+    .test_only = true,
+    .plan = h3_replay_plan,
+    .run = h3_replay_run,
+};
+
+static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu};
+#define H3_OPS_COUNT H3_ARRAY_LEN(h3_ops)
+
+#define H3_OP_REASONS 8
+struct h3_op_counts {
+    atomic_ulong runs, calls;
+    _Atomic(const char *) reason[H3_OP_REASONS];
+    atomic_ulong fallbacks[H3_OP_REASONS];
+};
+static struct h3_op_counts h3_op_counts[H3_OPS_COUNT];
+static bool h3_op_on[H3_OPS_COUNT];
+static bool h3_op_named[H3_OPS_COUNT]; /* asked for explicitly: may run where not validated */
+
+#define H3_SM_MAX 16
+static int h3_sm_allow[H3_SM_MAX];
+static unsigned h3_nsm_allow;
+
+unsigned h3_ops_count(void)
+{
+    return H3_OPS_COUNT;
+}
+
+const struct h3_op *h3_ops_get(unsigned i)
+{
+    return i < H3_OPS_COUNT ? h3_ops[i] : NULL;
+}
+
+static unsigned h3_op_index(const struct h3_op *op)
+{
+    for (unsigned i = 0; i < H3_OPS_COUNT; i++)
+        if (h3_ops[i] == op)
+            return i;
+    return 0;
+}
+
+bool h3_op_enabled(const struct h3_op *op)
+{
+    return h3_op_on[h3_op_index(op)];
+}
+
+/* Whether `list` (comma-separated) names `name`. */
+static bool h3_list_has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p != NULL && *p != '\0'; p = strchr(p, ',') != NULL ? strchr(p, ',') + 1 : NULL) {
+        while (*p == ' ')
+            p++;
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0' || p[n] == ' '))
+            return true;
+    }
+    return false;
+}
+
+/* The value of an op's own switch: 1, 0, or -1 when unset or bad. */
+static int h3_op_switch(const struct h3_op *op)
+{
+    const char *v = op == &h3_op_swiglu ? h3_config.op_swiglu : NULL;
+    if (op == &h3_op_replay)
+        return h3_config.op_replay ? 1 : -1;
+    if (v == NULL || *v == '\0')
+        return -1;
+    if (strcmp(v, "1") == 0 || strcmp(v, "0") == 0)
+        return v[0] == '1';
+    H3_WARN(H3_SUB_CONFIG, "%s=%s: expected 0 or 1; following H3SHIM_OPS", op->switch_name, v);
+    return -1;
+}
+
+void h3_ops_setup(void)
+{
+    const char *ops = h3_config.ops != NULL ? h3_config.ops : "";
+    bool all = strcmp(ops, "all") == 0, none = strcmp(ops, "none") == 0, list = *ops && !all && !none;
+    if (list) {
+        /* Every name in the list must be an op. */
+        char copy[256];
+        snprintf(copy, sizeof(copy), "%s", ops);
+        for (char *save = NULL, *t = strtok_r(copy, ", ", &save); t != NULL; t = strtok_r(NULL, ", ", &save)) {
+            bool known = false;
+            for (unsigned i = 0; i < H3_OPS_COUNT; i++)
+                known |= strcmp(h3_ops[i]->name, t) == 0;
+            if (!known)
+                H3_WARN(H3_SUB_CONFIG, "H3SHIM_OPS names '%s', which is not an op (ops: replay, swiglu)", t);
+        }
+    }
+    for (unsigned i = 0; i < H3_OPS_COUNT; i++) {
+        const struct h3_op *op = h3_ops[i];
+        int sw = h3_op_switch(op);
+        bool named = sw == 1 || (all && !op->test_only) || (list && h3_list_has(ops, op->name));
+        bool on = sw >= 0 ? sw == 1 : named || (!*ops && !op->test_only && op->nvalidated > 0);
+        h3_op_on[i] = on;
+        h3_op_named[i] = named;
+        if (on)
+            H3_INFO(H3_SUB_ENGINE, "op %s: on%s", op->name, named ? " (asked for)" : " (validated)");
+    }
+    h3_nsm_allow = 0;
+    const char *p = h3_config.sm_allow != NULL && *h3_config.sm_allow ? h3_config.sm_allow : "90,100,103";
+    while (*p != '\0' && h3_nsm_allow < H3_SM_MAX) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v <= 0 || v > 1000) {
+            H3_WARN(H3_SUB_CONFIG, "H3SHIM_SM_ALLOW=%s: '%s' is not a compute capability such as 90; "
+                                   "ignoring the rest", h3_config.sm_allow, p);
+            break;
+        }
+        h3_sm_allow[h3_nsm_allow++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
+static bool h3_int_in(int v, const int *list, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (list[i] == v)
+            return true;
+    return false;
+}
+
+/* Counts a fallback of op `i` for `why` (a string literal). */
+static void h3_op_count_fallback(unsigned i, const char *why)
+{
+    struct h3_op_counts *k = &h3_op_counts[i];
+    for (unsigned s = 0; s < H3_OP_REASONS; s++) {
+        const char *expected = NULL;
+        if (atomic_load(&k->reason[s]) == why ||
+            atomic_compare_exchange_strong(&k->reason[s], &expected, why) || expected == why) {
+            atomic_fetch_add_explicit(&k->fallbacks[s], 1, memory_order_relaxed);
+            return;
+        }
+    }
+}
+
+/* Why `op` may not run on the current device, or NULL. */
+static const char *h3_op_sm_guard(unsigned i, const struct h3_op *op)
+{
+    if (op->test_only)
+        return NULL; /* the replay op launches nothing of its own */
+    int sm = h3_kernels_sm();
+    if (sm < 0)
+        return "sm_unknown";
+    if (!h3_int_in(sm, h3_sm_allow, h3_nsm_allow))
+        return "sm_not_allowed";
+    if (!h3_int_in(sm, op->validated_sms, op->nvalidated)) {
+        if (!h3_op_named[i])
+            return "sm_not_validated";
+        H3_WARN_ONCE(H3_SUB_ENGINE, "op %s runs on SM %d, where it is not validated (asked for by H3SHIM_OPS "
+                                    "or its switch)", op->name, sm);
+    }
+    return NULL;
+}
+
+const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls)
+{
+    unsigned i = h3_op_index(r->op);
+    const char *why = h3_op_sm_guard(i, r->op);
+    if (why == NULL)
+        why = r->op->run(r, calls);
+    if (why != NULL) {
+        h3_op_count_fallback(i, why);
+        return why;
+    }
+    atomic_fetch_add_explicit(&h3_op_counts[i].runs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h3_op_counts[i].calls, r->last - r->first + 1, memory_order_relaxed);
+    return NULL;
+}
+
+void h3_ops_print_stats(void (*line)(const char *fmt, ...))
+{
+    for (unsigned i = 0; i < H3_OPS_COUNT; i++) {
+        if (!h3_op_on[i])
+            continue;
+        struct h3_op_counts *k = &h3_op_counts[i];
+        line("op %-12s %lu groups run (%lu calls)", h3_ops[i]->name, atomic_load(&k->runs), atomic_load(&k->calls));
+        for (unsigned s = 0; s < H3_OP_REASONS; s++) {
+            const char *why = atomic_load(&k->reason[s]);
+            if (why != NULL)
+                line("op %-12s fallback %-20s %lu", h3_ops[i]->name, why, atomic_load(&k->fallbacks[s]));
+        }
+    }
+}
+
+void h3_ops_reset(void)
+{
+    for (unsigned i = 0; i < H3_OPS_COUNT; i++) {
+        atomic_store(&h3_op_counts[i].runs, 0);
+        atomic_store(&h3_op_counts[i].calls, 0);
+        for (unsigned s = 0; s < H3_OP_REASONS; s++) {
+            atomic_store(&h3_op_counts[i].reason[s], NULL);
+            atomic_store(&h3_op_counts[i].fallbacks[s], 0);
+        }
+    }
+}
