@@ -50,12 +50,16 @@ def main():
     ap.add_argument("--requests", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"))
-    ap.add_argument("--arms", default="A,S,G,SG,R,RG", help="comma-separated subset of A,S,G,SG,R,RG (A always runs)")
+    ap.add_argument("--arms", default="A,S,G,SG,R,RG",
+                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG (A always runs; O and OG: H3SHIM_OPS=--ops)")
+    ap.add_argument("--ops", default="swiglu", help="H3SHIM_OPS of arms O and OG")
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
     a = ap.parse_args()
     replay = {"H3SHIM_OP_REPLAY": "1"}
+    ops = {"H3SHIM_OPS": a.ops}
     arms = {"A": (None, False, {}), "S": (a.shim, False, {}), "G": (None, True, {}), "SG": (a.shim, True, {}),
-            "R": (a.shim, False, replay), "RG": (a.shim, True, replay)}
+            "R": (a.shim, False, replay), "RG": (a.shim, True, replay),
+            "O": (a.shim, False, ops), "OG": (a.shim, True, ops)}
     arms = {k: v for k, v in arms.items() if k == "A" or k in a.arms.split(",")}
     docs = {k: [] for k in arms}
     for _ in range(a.rounds):
@@ -83,7 +87,10 @@ def main():
         if arms[name][2]:
             # Every process decodes a warm-up request and `requests` timed ones.
             blocks = result["plan"]["block_calls"] * (1 + a.requests)
-            verdicts = [shimstats.replay_verdict(r["shim_stats"], blocks) for r in runs]
+            if "H3SHIM_OPS" in arms[name][2]:
+                verdicts = [shimstats.ops_verdict(r["shim_stats"], blocks, a.ops.split(",")) for r in runs]
+            else:
+                verdicts = [shimstats.replay_verdict(r["shim_stats"], blocks) for r in runs]
             engine = {"verdicts": [t for _, t in verdicts], "stats": [shimstats.parse(r["shim_stats"]) for r in runs]}
             if not arms[name][1]:  # eager: every block seen; with graphs only the captures are
                 engine["pass"] = all(v for v, _ in verdicts)

@@ -22,9 +22,13 @@ def parse(stats):
     m = re.search(r"engine: (\d+) launches deferred; (\d+) issued with an error", stats or "")
     if m:
         out.update(deferred=int(m.group(1)), issue_errors=int(m.group(2)))
-    m = re.search(r"op replay\s+(\d+) groups run \((\d+) calls\)", stats or "")
-    if m:
-        out.update(op_runs=int(m.group(1)), op_calls=int(m.group(2)))
+    out["ops"], out["fallbacks"] = {}, {}
+    for m in re.finditer(r"op (\S+)\s+(\d+) groups run \((\d+) calls\)", stats or ""):
+        out["ops"][m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    for m in re.finditer(r"op (\S+)\s+fallback (\S+)\s+(\d+)", stats or ""):
+        out["fallbacks"].setdefault(m.group(1), {})[m.group(2)] = int(m.group(3))
+    if "replay" in out["ops"]:
+        out.update(op_runs=out["ops"]["replay"][0], op_calls=out["ops"]["replay"][1])
     for m in re.finditer(r"flush (\S+)\s+(\d+) groups issued untouched \((\d+) calls\)", stats or ""):
         out["flushes"][m.group(1)] = (int(m.group(2)), int(m.group(3)))
     return out
@@ -42,4 +46,19 @@ def replay_verdict(stats, blocks):
             f"{s.get('op_runs')} of {groups * blocks} groups ({s.get('op_calls')} launches), "
             f"{s.get('deferred')} launches deferred, flushes {s['flushes'] or 'none'}, "
             f"{s.get('issue_errors')} issue errors")
+    return ok, text
+
+
+def ops_verdict(stats, blocks, ops):
+    """(ok, text) for a run with fused ops on that made `blocks` block calls: every block recognised,
+    each op in `ops` run once per block, no fallback, nothing issued with an error."""
+    s = parse(stats)
+    runs = {op: s["ops"].get(op, (0, 0))[0] for op in ops}
+    ok = (s.get("complete") == blocks and all(r == blocks for r in runs.values()) and not s["fallbacks"]
+          and s.get("issue_errors") == 0)
+    text = (f"{s.get('complete')} of {blocks} block calls recognised ({s.get('broken')} broken attempts"
+            f"{', first break: ' + s['first_break'] if s.get('first_break') else ''}); "
+            + ", ".join(f"{op} ran {r} of {blocks}" for op, r in runs.items())
+            + f"; fallbacks {s['fallbacks'] or 'none'}; flushes {s['flushes'] or 'none'}; "
+              f"{s.get('issue_errors')} issue errors")
     return ok, text

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The swiglu kernel (kernels/swiglu.cu, from the fatbin the Makefile embeds)
+against PyTorch's own F.silu(g) * x on FP16, bit for bit, on the GPU:
+
+- every FP16 bit pattern as the gate (0, -0, subnormals, inf, nan, +-65504
+  included), each with up values drawn from every bit pattern too;
+- random normal inputs at several scales (1e-4 .. 1e4), many shapes, odd
+  widths, one row, and the H3 block's [1797, 2*8192] (millions of elements);
+- adversarial magnitudes: gates where exp(-g) over- and underflows, up values
+  near 65504 so that the product overflows.
+
+Both outputs (the silu output and the product) are compared as raw bits.
+Writes a JSON document on stdout; exit status 0 when zero bits differ.
+
+    python3 tests/gpu/test_swiglu.py [--fatbin build/kernels.fatbin]
+"""
+import argparse
+import ctypes
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+class Kernel:
+    """h3_swiglu_f16 from the fatbin, launched through the driver on PyTorch's current stream."""
+
+    def __init__(self, fatbin):
+        torch.zeros(1, device="cuda")  # the primary context, current on this thread
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        self.image = open(fatbin, "rb").read()
+        self.buf = ctypes.create_string_buffer(self.image, len(self.image))
+        self.mod, self.fn = ctypes.c_void_p(), ctypes.c_void_p()
+        self.check(self.cu.cuModuleLoadData(ctypes.byref(self.mod), self.buf), "cuModuleLoadData")
+        self.check(self.cu.cuModuleGetFunction(ctypes.byref(self.fn), self.mod, b"h3_swiglu_f16"),
+                   "cuModuleGetFunction")
+
+    @staticmethod
+    def check(r, what):
+        if r != 0:
+            raise RuntimeError(f"{what} returned {r}")
+
+    def __call__(self, d, width):
+        """silu_out, out for d = [rows, 2*width] FP16 (gate | up), as the shim launches it."""
+        rows = d.shape[0]
+        silu_out = torch.full((rows, width), float("nan"), dtype=torch.float16, device="cuda")
+        out = torch.full((rows, width), float("nan"), dtype=torch.float16, device="cuda")
+        vals = [ctypes.c_uint64(d.data_ptr()), ctypes.c_uint64(d.data_ptr() + 2 * width),
+                ctypes.c_longlong(d.stride(0)), ctypes.c_uint64(silu_out.data_ptr()),
+                ctypes.c_uint64(out.data_ptr()), ctypes.c_longlong(rows), ctypes.c_longlong(width)]
+        args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+        n = rows * width
+        threads = 256
+        blocks = min((n + threads - 1) // threads, 132 * 32)
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self.check(self.cu.cuLaunchKernel(self.fn, blocks, 1, 1, threads, 1, 1, 0, stream, args, None),
+                   "cuLaunchKernel")
+        torch.cuda.synchronize()
+        return silu_out, out
+
+
+def reference(d, width):
+    g, x = d.chunk(2, dim=-1)
+    s = F.silu(g)
+    return s, s * x
+
+
+def differing(a, b):
+    return int((a.view(torch.int16) != b.view(torch.int16)).sum())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fatbin", default=os.path.join(ROOT, "build", "kernels.fatbin"))
+    a = ap.parse_args()
+    k = Kernel(a.fatbin)
+    gen = torch.Generator(device="cuda").manual_seed(1234)
+    cases = []
+
+    def run(name, d, width):
+        s_ref, o_ref = reference(d, width)
+        s, o = k(d, width)
+        cases.append({"case": name, "shape": list(d.shape), "elements": d.shape[0] * width,
+                      "silu_bits_differing": differing(s, s_ref), "out_bits_differing": differing(o, o_ref)})
+
+    every = torch.arange(-32768, 32768, dtype=torch.int32, device="cuda").to(torch.int16).view(torch.float16)
+    # Every gate bit pattern, with up = every bit pattern in 8 rotations.
+    for shift in range(0, 65536, 8192):
+        d = torch.cat([every.view(256, 256), torch.roll(every, shift).view(256, 256)], dim=1)
+        run(f"every gate pattern, up rotated by {shift}", d.contiguous(), 256)
+    # Random normal at several scales and shapes (odd widths, one row, the H3 block).
+    for scale in (1e-4, 1e-2, 1.0, 8.0, 1e2, 1e4):
+        for rows, width in ((1, 1), (1, 8192), (3, 7), (17, 1000), (257, 333), (1797, 8192)):
+            d = (torch.randn(rows, 2 * width, generator=gen, device="cuda") * scale).to(torch.float16)
+            run(f"normal x{scale} [{rows},{2 * width}]", d, width)
+    # Adversarial: exp(-g) overflowing / underflowing, products overflowing.
+    g = torch.cat([torch.linspace(-65504, -8, 4096, device="cuda"), torch.linspace(-20, 20, 8192, device="cuda"),
+                   torch.linspace(8, 65504, 4096, device="cuda")])
+    x = torch.cat([torch.full((8192,), 65504.0, device="cuda"), torch.full((8192,), -65504.0, device="cuda")])
+    d = torch.stack([g, x[torch.randperm(x.numel(), generator=gen, device="cuda")]], dim=0).to(torch.float16)
+    d = d.view(2, 128, 128).permute(1, 0, 2).reshape(128, 256).contiguous()
+    run("adversarial magnitudes", d, 128)
+    # A strided input, as in the block: the gate and up halves of one GEMM output.
+    big = (torch.randn(1797, 2 * 8192, generator=gen, device="cuda") * 4).to(torch.float16)
+    run("H3 block layout [1797, 16384]", big, 8192)
+    total = sum(c["elements"] for c in cases)
+    bad = sum(c["silu_bits_differing"] + c["out_bits_differing"] for c in cases)
+    doc = {"kernel": "h3_swiglu_f16", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "cases": cases, "elements": total, "bits_differing": bad, "pass": bad == 0}
+    json.dump(doc, sys.stdout, indent=1)
+    print()
+    print(f"swiglu: {len(cases)} cases, {total} elements, {bad} differing outputs", file=sys.stderr)
+    return 0 if bad == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
