@@ -19,7 +19,10 @@
 /* Where each planned value lives in h3_op_range.arg. */
 enum { SW_ROWS, SW_WIDTH, SW_IN_STRIDE, SW_SILU_OUT, SW_SILU_IN, SW_MUL_OUT };
 
-static const int h3_swiglu_validated[] = {0}; /* none yet: see README */
+/* Validated: tests/evidence/2026-11-29-nvidia-h200-swiglu-kernel.md (every FP16
+ * gate pattern, random and adversarial inputs, 0 bits differing) and
+ * ...-full-decode-swiglu.md (full decode bitwise equal, eager and graphs). */
+static const int h3_swiglu_validated[] = {90};
 
 /* u32 of a launch's recorded bytes at (param, offset); false if not recorded. */
 static bool h3_sig_u32(const struct h3_sig_call *c, uint16_t param, uint16_t offset, uint32_t *out)
@@ -138,7 +141,7 @@ const struct h3_op h3_op_swiglu = {
     .name = "swiglu",
     .switch_name = "H3SHIM_OP_SWIGLU",
     .validated_sms = h3_swiglu_validated,
-    .nvalidated = 0,
+    .nvalidated = H3_ARRAY_LEN(h3_swiglu_validated),
     .plan = h3_swiglu_plan,
     .run = h3_swiglu_run,
 };

@@ -121,8 +121,8 @@ def main():
              f"latent [{a.latent}]: {plan.get('vit_calls')} ViT calls, {plan.get('block_calls')} block calls, "
              f"{plan.get('frames')} frames of {plan.get('height')}x{plan.get('width')}; torch {env.get('torch')}; "
              f"{a.rounds} rounds x {a.requests} requests per arm, arms alternating; speed-ups against the "
-             "unshimmed arm of the same mode (the shim fuses nothing yet; R/RG hold back and replay "
-             "every group).", "",
+             "unshimmed arm of the same mode. S/SG: the shim with its defaults; R/RG: the replay op holds back "
+             f"and replays every group; O/OG: H3SHIM_OPS={a.ops}.", "",
              "| arm | shim | CUDA graphs | ViT calls | output | bitwise = A | median ms/request | speed-up |",
              "|---|---|---|---|---|---|---|---|"]
     for name, arm in result["arms"].items():
