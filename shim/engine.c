@@ -104,13 +104,23 @@ static void h3_groups_plan(struct h3_groups *g)
     }
 }
 
-/* Whether some op takes a range in the group starting at call `first`. */
+/* Whether some op that can run on this device takes a range in the group
+ * starting at call `first`.  An op that cannot is counted as a fallback here,
+ * and the group is not held back for it. */
 static bool h3_group_wanted(const struct h3_groups *g, uint32_t first)
 {
-    for (uint32_t c = first; c <= (uint32_t)g->last[first]; c++)
-        if (g->range_at[c] >= 0)
-            return true;
-    return false;
+    bool wanted = false;
+    for (uint32_t c = first; c <= (uint32_t)g->last[first]; c++) {
+        if (g->range_at[c] < 0)
+            continue;
+        const struct h3_op *op = g->ranges[g->range_at[c]].op;
+        const char *why = h3_op_check(op);
+        if (why != NULL)
+            h3_op_fallback(op, why);
+        else
+            wanted = true;
+    }
+    return wanted;
 }
 
 static void h3_groups_build(void)
@@ -363,7 +373,7 @@ static void h3_group_run(struct h3_queue *q, struct h3_call *c)
     for (uint32_t i = 0; i < q->n;) {
         int32_t r = g->range_at[first + i];
         uint32_t len = r >= 0 ? g->ranges[r].last - g->ranges[r].first + 1 : 1;
-        if (r >= 0 && i + len <= q->n) {
+        if (r >= 0 && i + len <= q->n && h3_op_check(g->ranges[r].op) == NULL) {
             const char *why = h3_op_run(&g->ranges[r], &q->calls[i]);
             if (why == NULL) {
                 if (c->op == NULL || g->ranges[r].op != &h3_op_replay)

@@ -469,7 +469,12 @@ void h3_ops_setup(void);
 unsigned h3_ops_count(void);
 const struct h3_op *h3_ops_get(unsigned i);
 bool h3_op_enabled(const struct h3_op *op);
-/* Runs `op` on a complete range: checks the SM, then op->run; counts the
+/* Why `op` cannot run on the current device (SM outside the allowlist, or
+ * not validated there and not asked for), or NULL. */
+const char *h3_op_check(const struct h3_op *op);
+/* Counts a fallback of `op` for `why` (a string literal). */
+void h3_op_fallback(const struct h3_op *op, const char *why);
+/* Runs `op` on a complete range that h3_op_check() allowed; counts the
  * outcome.  Returns NULL when the op ran, else the fallback reason. */
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls);
 void h3_ops_print_stats(void (*line)(const char *fmt, ...));

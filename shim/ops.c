@@ -190,12 +190,20 @@ static const char *h3_op_sm_guard(unsigned i, const struct h3_op *op)
     return NULL;
 }
 
+const char *h3_op_check(const struct h3_op *op)
+{
+    return h3_op_sm_guard(h3_op_index(op), op);
+}
+
+void h3_op_fallback(const struct h3_op *op, const char *why)
+{
+    h3_op_count_fallback(h3_op_index(op), why);
+}
+
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls)
 {
     unsigned i = h3_op_index(r->op);
-    const char *why = h3_op_sm_guard(i, r->op);
-    if (why == NULL)
-        why = r->op->run(r, calls);
+    const char *why = r->op->run(r, calls);
     if (why != NULL) {
         h3_op_count_fallback(i, why);
         return why;
