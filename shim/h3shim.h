@@ -487,8 +487,9 @@ extern const struct h3_op h3_op_replay, h3_op_swiglu;
 /* Bytes of the embedded fatbin (0: built without nvcc). */
 size_t h3_kernels_image_size(void);
 /* Kernel `name` of the embedded fatbin in the current context, loading the
- * module at first use; NULL with *why set (a fallback reason). */
-CUfunction h3_kernels_function(const char *name, const char **why);
+ * module at first use (never while `stream` is being captured); NULL with
+ * *why set (a fallback reason). */
+CUfunction h3_kernels_function(const char *name, const void *stream, const char **why);
 /* The current device's compute capability as major*10+minor, -1 unknown. */
 int h3_kernels_sm(void);
 

@@ -8,7 +8,10 @@
  * before an op first runs in a context; a failure is reported once per
  * cause and makes the op fall back (the caller's calls are issued
  * untouched), never an error the application sees.
- * Never: loads anything while no context is current.
+ * Never: loads anything while no context is current, or while the stream
+ * it is for is being captured into a CUDA graph (loading a module is not a
+ * capturable operation and could invalidate the application's capture: the
+ * op falls back until a launch outside capture has loaded it).
  */
 #include "h3shim.h"
 
@@ -90,7 +93,17 @@ static CUmodule h3_module_of(CUcontext ctx, const char **why)
     return mod;
 }
 
-CUfunction h3_kernels_function(const char *name, const char **why)
+/* Whether `stream` is being captured (unknown counts as captured). */
+static bool h3_stream_capturing(const void *stream)
+{
+    __typeof__(&cuStreamIsCapturing) is_capturing = H3_DRIVER(cuStreamIsCapturing);
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (is_capturing == NULL || is_capturing((CUstream)(uintptr_t)stream, &status) != CUDA_SUCCESS)
+        return true;
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+CUfunction h3_kernels_function(const char *name, const void *stream, const char **why)
 {
     __typeof__(&cuCtxGetCurrent) current = H3_DRIVER(cuCtxGetCurrent);
     CUcontext ctx = NULL;
@@ -103,7 +116,9 @@ CUfunction h3_kernels_function(const char *name, const char **why)
     for (unsigned i = 0; i < h3_kernels.nfns && fn == NULL; i++)
         if (h3_kernels.fns[i].ctx == ctx && strcmp(h3_kernels.fns[i].name, name) == 0)
             fn = h3_kernels.fns[i].fn;
-    if (fn == NULL) {
+    if (fn == NULL && h3_stream_capturing(stream)) {
+        *why = "capturing_first_use";
+    } else if (fn == NULL) {
         CUmodule mod = h3_module_of(ctx, why);
         __typeof__(&cuModuleGetFunction) get = H3_DRIVER(cuModuleGetFunction);
         if (mod != NULL && (get == NULL || get(&fn, mod, name) != CUDA_SUCCESS)) {

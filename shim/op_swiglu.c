@@ -108,10 +108,10 @@ static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_
 static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_deferred *calls)
 {
     const char *why = NULL;
-    CUfunction fn = h3_kernels_function("h3_swiglu_f16", &why);
+    const struct h3_deferred *silu = &calls[0], *mul = &calls[1];
+    CUfunction fn = h3_kernels_function("h3_swiglu_f16", silu->stream, &why);
     if (fn == NULL)
         return why;
-    const struct h3_deferred *silu = &calls[0], *mul = &calls[1];
     if (silu->stream != mul->stream || silu->fn != mul->fn)
         return "streams_differ";
     const unsigned char *ps = silu->argv[1], *pm = mul->argv[1];

@@ -104,6 +104,14 @@ static void fake_swiglu(void **p)
     fakelog_call("cuda", "swiglu_check", 1, &ok, 0);
 }
 
+/* Every stream is being captured while FAKE_CAPTURING is set. */
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
+{
+    (void)s;
+    *status = getenv("FAKE_CAPTURING") != NULL ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
 static struct fake_kernel fake_module_kernels[1];
 
 FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)

@@ -471,6 +471,15 @@ START_TEST(swiglu_falls_back_without_its_kernels)
 }
 END_TEST
 
+START_TEST(swiglu_never_loads_its_kernels_during_capture)
+{
+    /* Loading a module inside a capture could break the application's graph:
+     * until a launch outside capture has loaded it, the op falls back. */
+    static const char *const env[] = {"H3SHIM_OP_SWIGLU=1", "FAKE_CAPTURING=1", NULL};
+    expect_fallback(env, "capturing_first_use", true);
+}
+END_TEST
+
 START_TEST(switches_choose_the_ops)
 {
     char *base = replay_with("base", t_disabled, NULL);
@@ -533,6 +542,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, swiglu_replaces_silu_and_mul);
     tcase_add_test(ops, swiglu_falls_back_on_an_sm_outside_the_allowlist);
     tcase_add_test(ops, swiglu_falls_back_without_its_kernels);
+    tcase_add_test(ops, swiglu_never_loads_its_kernels_during_capture);
     tcase_add_test(ops, switches_choose_the_ops);
     suite_add_tcase(s, ops);
     return s;
