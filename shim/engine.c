@@ -469,6 +469,11 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...))
     }
     unsigned long issue_errors = atomic_load(&h3_issue_errors);
     line("engine: %lu launches deferred; %lu issued with an error", atomic_load(&h3_deferred_calls), issue_errors);
+    for (unsigned i = 0; i < h3_ngroups; i++)
+        for (unsigned r = 0; r < h3_groups[i].nranges; r++)
+            if (!h3_groups[i].ranges[r].op->test_only)
+                line("plan %s/%s: op %s takes calls %u-%u", h3_groups[i].sig->model, h3_groups[i].sig->group,
+                     h3_groups[i].ranges[r].op->name, h3_groups[i].ranges[r].first, h3_groups[i].ranges[r].last);
     h3_ops_print_stats(line);
     for (int w = 0; w < H3_FLUSH_COUNT; w++) {
         unsigned long n = atomic_load(&h3_flushes[w]);
