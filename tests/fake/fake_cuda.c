@@ -15,12 +15,17 @@
  * the kernel would see; the tests compare executions by it, since a launch
  * that was held back and issued later passes a copy of the parameters).
  */
+/* The kernels of the fake module (see cuModuleLoadData below). */
+static struct fake_kernel fake_module_kernels[1];
+
 static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream stream, void **params)
 {
     struct fake_kernel *k = fake_kernel_lookup(handle);
     if (k == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (k == fake_module_kernels && getenv("FAKE_LAUNCH_FAIL") != NULL)
+        return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     uint64_t h = 0xcbf29ce484222325ull;
     for (unsigned i = 0; i < k->nparams && params != NULL; i++)
         for (size_t b = 0; b < k->sizes[i]; b++)
@@ -69,18 +74,21 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
     return CUDA_SUCCESS;
 }
 
+/* No context is current while FAKE_NO_CONTEXT is set. */
 FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx)
 {
-    *ctx = (CUcontext)0xc0c0;
+    *ctx = getenv("FAKE_NO_CONTEXT") != NULL ? NULL : (CUcontext)0xc0c0;
     return CUDA_SUCCESS;
 }
 
-/* The compute capability is FAKE_SM (default 90). */
+/* The compute capability is FAKE_SM (default 90; negative: unreadable). */
 FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice dev)
 {
     const char *env = getenv("FAKE_SM");
     int sm = env != NULL ? atoi(env) : 90;
     (void)dev;
+    if (sm < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
     if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
         *v = sm / 10;
     else if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
@@ -92,7 +100,8 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
 
 /*
  * Modules: any image loads (unless FAKE_MODULE_FAIL is set) and holds the
- * fused ops' kernels as fake kernels.  h3_swiglu_f16 logs an entry
+ * fused ops' kernels as fake kernels (none while FAKE_NO_KERNEL is set; their
+ * launches fail while FAKE_LAUNCH_FAIL is set).  h3_swiglu_f16 logs an entry
  * "swiglu_check" with 1 when its arguments have the H3 block's layout (the up
  * half 8192 elements after the gate, rows of 16384, 1797 rows of 8192).
  */
@@ -112,7 +121,6 @@ FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *stat
     return CUDA_SUCCESS;
 }
 
-static struct fake_kernel fake_module_kernels[1];
 
 FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
 {
@@ -126,7 +134,8 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
 
 FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name)
 {
-    if (mod != (CUmodule)fake_module_kernels || strcmp(name, "h3_swiglu_f16") != 0)
+    if (mod != (CUmodule)fake_module_kernels || strcmp(name, "h3_swiglu_f16") != 0 ||
+        getenv("FAKE_NO_KERNEL") != NULL)
         return CUDA_ERROR_NOT_FOUND;
     *f = (CUfunction)&fake_module_kernels[0];
     return CUDA_SUCCESS;

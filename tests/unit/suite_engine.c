@@ -480,6 +480,23 @@ START_TEST(swiglu_never_loads_its_kernels_during_capture)
 }
 END_TEST
 
+START_TEST(every_fallback_reason_is_reachable)
+{
+    static const struct {
+        const char *env[3];
+        const char *reason;
+        bool held;
+    } cases[] = {
+        {{"H3SHIM_OP_SWIGLU=1", "FAKE_SM=-1", NULL}, "sm_unknown", false},
+        {{"H3SHIM_OP_SWIGLU=1", "FAKE_NO_CONTEXT=1", NULL}, "no_context", true},
+        {{"H3SHIM_OP_SWIGLU=1", "FAKE_NO_KERNEL=1", NULL}, "kernel_missing", true},
+        {{"H3SHIM_OP_SWIGLU=1", "FAKE_LAUNCH_FAIL=1", NULL}, "launch_failed", true},
+    };
+    for (size_t i = 0; i < H3_ARRAY_LEN_T(cases); i++)
+        expect_fallback(cases[i].env, cases[i].reason, cases[i].held);
+}
+END_TEST
+
 START_TEST(switches_choose_the_ops)
 {
     char *base = replay_with("base", t_disabled, NULL);
@@ -543,6 +560,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, swiglu_falls_back_on_an_sm_outside_the_allowlist);
     tcase_add_test(ops, swiglu_falls_back_without_its_kernels);
     tcase_add_test(ops, swiglu_never_loads_its_kernels_during_capture);
+    tcase_add_test(ops, every_fallback_reason_is_reachable);
     tcase_add_test(ops, switches_choose_the_ops);
     suite_add_tcase(s, ops);
     return s;
