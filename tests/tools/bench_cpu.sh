@@ -4,8 +4,9 @@
 # usage: bench_cpu.sh BENCH_BINARY SHIM FAKE_DIR REPLAY_FILE SIGNATURES
 # Rows: one entry point called in a loop; then the recorded H3 block stream
 # (REPLAY_FILE, launches decoded beforehand, library calls made as PyTorch
-# makes them) with the shim passing through, with the matcher, and with the
-# engine holding back and replaying every group (H3SHIM_OP_REPLAY=1).
+# makes them) with the shim passing through, with the matcher, with the
+# engine holding back and replaying every group (H3SHIM_OP_REPLAY=1), and with
+# the defaults (swiglu on: the fake driver reports SM 90 and a fake module).
 set -eu
 bench=$1 shim=$2 dir=$3 replay=$4 sigs=$5
 runs=${H3BENCH_RUNS:-7} n=${H3BENCH_CALLS:-2000000}
@@ -25,12 +26,13 @@ row() { # NAME API CALLS SHIM_ENV...
   awk -v a="$name" -v d="$d" -v s="$s" 'BEGIN { printf "%-28s %12.2f %12.2f %12.2f %8.3f\n", a, d, s, s - d, s / d }'
 }
 for api in cuLaunchKernel __cudaLaunchKernel cublasGemmEx; do
-  row "$api" "$api" "$n" H3SHIM_MATCH=0
+  row "$api" "$api" "$n" H3SHIM_OPS=none
 done
 blocks=$((n / 40))
-row "h3 stream, pass-through" "replay:$replay" "$blocks" H3SHIM_MATCH=0
-row "h3 stream, matcher" "replay:$replay" "$blocks" H3SHIM_MATCH=1
-row "h3 stream, replay op" "replay:$replay" "$blocks" H3SHIM_OP_REPLAY=1
+row "h3 stream, pass-through" "replay:$replay" "$blocks" H3SHIM_OPS=none
+row "h3 stream, matcher" "replay:$replay" "$blocks" H3SHIM_OPS=none H3SHIM_MATCH=1
+row "h3 stream, replay op" "replay:$replay" "$blocks" H3SHIM_OPS=none H3SHIM_OP_REPLAY=1
+row "h3 stream, defaults (swiglu)" "replay:$replay" "$blocks" H3SHIM_MATCH=0
 echo "(__cudaLaunchKernel crosses the shim twice: the runtime's own driver launch is interposed too."
 echo " The h3 stream is tests/record/data's H200 block trace, 516 calls, cycled; its library calls"
 echo " create and destroy their descriptors as PyTorch does, which most of direct_ns is.)"
