@@ -369,7 +369,6 @@ static void h3_group_run(struct h3_queue *q, struct h3_call *c)
 {
     const struct h3_groups *g = q->groups;
     uint32_t first = (uint32_t)g->first[q->next - 1];
-    c->decision = "op";
     for (uint32_t i = 0; i < q->n;) {
         int32_t r = g->range_at[first + i];
         uint32_t len = r >= 0 ? g->ranges[r].last - g->ranges[r].first + 1 : 1;
@@ -388,6 +387,8 @@ static void h3_group_run(struct h3_queue *q, struct h3_call *c)
         }
         i += len;
     }
+    /* "op" when an op ran; else the group was issued as it was made. */
+    c->decision = c->op != NULL ? "op" : "deferred";
     h3_queue_clear(q);
 }
 
