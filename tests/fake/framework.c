@@ -398,7 +398,7 @@ FAKE_EXPORT long fw_replay(const char *path, long *bad_line)
 
 FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *opts, long *bad_line)
 {
-    struct fw_replay_opts none = {-1, FW_INSERT_NONE, 0};
+    struct fw_replay_opts none = {-1, FW_INSERT_NONE, 0, 0};
     const struct fw_replay_opts *o = opts != NULL ? opts : &none;
     FILE *f = fopen(path, "r");
     if (f == NULL)
@@ -408,7 +408,7 @@ FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *o
     static _Thread_local char line[1 << 16];
     char *tok[64];
     long calls = 0, lineno = 0;
-    while (fgets(line, sizeof(line), f) != NULL) {
+    while ((o->stop_after == 0 || calls < o->stop_after) && fgets(line, sizeof(line), f) != NULL) {
         lineno++;
         int n = 0;
         char *save = NULL;

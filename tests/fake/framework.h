@@ -30,6 +30,7 @@ struct fw_replay_opts {
     long insert_before;    /* replay call index (0-based) before which to insert; -1: none */
     enum fw_insert insert;
     uintptr_t stream;      /* when nonzero, every call goes to this stream */
+    long stop_after;       /* when nonzero, the number of calls to make */
 };
 
 typedef void fw_setup_fn(void);

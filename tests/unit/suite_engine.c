@@ -8,6 +8,8 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +23,10 @@
 /* What a child replays, and where it writes what the fakes executed. */
 static struct {
     struct fw_replay_opts opts;
-    int threads; /* 0: replay on this thread; 2: on two threads, streams 0x1000 and 0x2000 */
-    const char *log, *err, *trace;
+    int threads; /* 0: replay on this thread; 1: on a thread that then exits; 2: on two threads,
+                    streams 0x1000 and 0x2000 */
+    bool fork_after; /* then fork: the child synchronises and writes its log to log_child */
+    const char *log, *err, *trace, *log_child;
 } t_run;
 
 /* One line per executed call: launches as their "exec" entry, library calls
@@ -73,6 +77,13 @@ static void replay_child(void)
     if (t_run.threads == 0) {
         if (replay_thread(&t_run.opts) != NULL)
             exit(4);
+    } else if (t_run.threads == 1) {
+        pthread_t th;
+        void *r;
+        ck_assert_int_eq(pthread_create(&th, NULL, replay_thread, &t_run.opts), 0);
+        pthread_join(th, &r);
+        if (r != NULL)
+            exit(4);
     } else {
         pthread_t th[2];
         struct fw_replay_opts o[2] = {t_run.opts, t_run.opts};
@@ -85,6 +96,20 @@ static void replay_child(void)
             if (r != NULL)
                 exit(4);
         }
+    }
+    if (t_run.fork_after) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            t_call("cudaDeviceSynchronize", 1);
+            write_log(t_run.log_child);
+            _exit(0);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            exit(5);
+        t_call("cudaDeviceSynchronize", 1);
     }
     write_log(t_run.log);
 }
@@ -269,7 +294,7 @@ START_TEST(foreign_calls_at_every_position_of_a_block)
     int runs = 0;
     for (int what = FW_INSERT_STREAM_SYNC; what < FW_INSERT_COUNT; what++) {
         for (int p = 0; p <= T_BLOCK; p++) {
-            t_run.opts = (struct fw_replay_opts){t_block.start + p, (enum fw_insert)what, 0};
+            t_run.opts = (struct fw_replay_opts){t_block.start + p, (enum fw_insert)what, 0, 0};
             char tag[64];
             snprintf(tag, sizeof(tag), "%s-%d", t_insert_names[what], p);
             char *base = replay_with("base", t_disabled, NULL);
@@ -319,10 +344,10 @@ START_TEST(two_threads_on_two_streams)
 {
     char *base[2];
     for (int i = 0; i < 2; i++) {
-        t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, i == 0 ? 0x1000 : 0x2000};
+        t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, i == 0 ? 0x1000 : 0x2000, 0};
         base[i] = replay_with(i == 0 ? "base-1000" : "base-2000", t_disabled, NULL);
     }
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0};
     t_run.threads = 2;
     char *stats;
     char *log = replay_with("threads", t_replay_op, &stats);
@@ -533,12 +558,56 @@ START_TEST(switches_choose_the_ops)
 }
 END_TEST
 
+START_TEST(held_back_launches_are_issued_when_their_thread_exits)
+{
+    /* A thread stops in the middle of a group (calls 35-36 of the fifth
+     * instance held back) and exits: the launches are issued then. */
+    learn_block();
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, t_block.start + 37};
+    char *base = replay_with("base", t_disabled, NULL);
+    t_run.threads = 1;
+    char *stats;
+    char *log = replay_with("thread-exit", t_replay_op, &stats);
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
+    const char *flush = strstr(stats, "flush thread_exit");
+    ck_assert_msg(flush != NULL && strncmp(flush + strlen("flush thread_exit"),
+                                           "      1 groups issued untouched (2 calls)", 41) == 0,
+                  "%s", tail_of(stats));
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+START_TEST(a_fork_child_does_not_issue_the_parents_held_back_launches)
+{
+    learn_block();
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, t_block.start + 37};
+    t_run.fork_after = true;
+    t_run.log_child = t_path("log-child.txt");
+    char *base = replay_with("base", t_disabled, NULL);
+    char *log = replay_with("fork", t_replay_op, NULL);
+    /* The parent issues them at its own synchronisation ... */
+    ck_assert_msg(strcmp(base, log) == 0, "the parent executed another stream of calls");
+    /* ... the child, which synchronised too, never: it has the parent's log up
+     * to the fork, then only its own synchronisation. */
+    char *child = t_read_file(t_run.log_child, NULL);
+    ck_assert(child != NULL);
+    ck_assert_uint_eq(count_lines_starting(child, "exec "), count_lines_starting(base, "exec ") - 2);
+    ck_assert_uint_eq(t_count_lines(child), t_count_lines(base) - 2);
+    free(child);
+    free(log);
+    free(base);
+}
+END_TEST
+
 static void engine_setup(void)
 {
     t_setup();
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0};
     t_run.threads = 0;
     t_run.trace = NULL;
+    t_run.fork_after = false;
 }
 
 Suite *t_suite_engine(void)
@@ -552,6 +621,8 @@ Suite *t_suite_engine(void)
     tcase_add_test(tc, two_threads_on_two_streams);
     tcase_add_test(tc, groups_over_the_limits_are_issued_untouched);
     tcase_add_test(tc, engine_off_defers_nothing);
+    tcase_add_test(tc, held_back_launches_are_issued_when_their_thread_exits);
+    tcase_add_test(tc, a_fork_child_does_not_issue_the_parents_held_back_launches);
     suite_add_tcase(s, tc);
     TCase *ops = tcase_create("ops");
     tcase_add_checked_fixture(ops, engine_setup, t_teardown);
