@@ -209,6 +209,22 @@ class Harness:
         self.check("weights_loader", status, result=doc or r.get("error"), stderr_tail=r.get("stderr_tail"))
         shutil.rmtree(os.path.join(self.work, "ckpt"), ignore_errors=True)
 
+    def step_kernels(self):
+        """Each op's kernel against PyTorch, bit for bit (tests/gpu/test_<op>.py)."""
+        for op in self.ops:
+            script = os.path.join(HERE, f"test_{op}.py")
+            if not os.path.exists(script):
+                self.check(f"kernel_{op}", f"skipped: no {os.path.basename(script)}")
+                continue
+            r = self.run(f"kernel-{op}", [script, "--fatbin", os.path.join(REPO, "build", "kernels.fatbin")],
+                         timeout=300)
+            doc = self.json_doc(r) or {}
+            status = "pass" if r["rc"] == 0 and doc.get("pass") else "FAIL"
+            if r.get("skipped"):
+                status = f"skipped: {r['skipped']}"
+            self.check(f"kernel_{op}", f"{status} ({doc.get('elements')} elements, {doc.get('bits_differing')} "
+                                       f"differing, {len(doc.get('cases', []))} cases)", result=doc or r.get("error"))
+
     def serve_arm(self, arm, shim_env, latent, extra, tag):
         """Runs serve.py in one arm; returns (result, JSON doc) or a skip result."""
         if shim_env is not None and self.shim is None:
@@ -599,6 +615,7 @@ def main(argv=None):
     h.log(f"mode {args.mode}, latent {h.cfg['latent']}, {h.remaining():.0f}s of budget, op list {h.ops or 'empty'}")
     if h.step_env():
         h.step_plan()
+        h.step_kernels()
         h.step_correctness()
         h.step_trace_diff()
         h.step_weights()
