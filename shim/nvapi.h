@@ -29,6 +29,13 @@ CUresult cuLaunchKernel_ptsz(CUfunction, unsigned int, unsigned int, unsigned in
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *, CUfunction, void **, void **);
 CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
 /* The per-thread-stream forms of the synchronising calls: the same types. */
+__typeof__(cudaLaunchCooperativeKernel) cudaLaunchCooperativeKernel_ptsz;
+__typeof__(cuLaunchCooperativeKernel) cuLaunchCooperativeKernel_ptsz;
+__typeof__(cuStreamWriteValue32_v2) cuStreamWriteValue32_v2_ptsz;
+__typeof__(cuStreamWaitValue32_v2) cuStreamWaitValue32_v2_ptsz;
+__typeof__(cuStreamWriteValue64_v2) cuStreamWriteValue64_v2_ptsz;
+__typeof__(cuStreamWaitValue64_v2) cuStreamWaitValue64_v2_ptsz;
+__typeof__(cuStreamBatchMemOp_v2) cuStreamBatchMemOp_v2_ptsz;
 __typeof__(cudaMemcpyAsync) cudaMemcpyAsync_ptsz;
 __typeof__(cudaMemcpy2DAsync) cudaMemcpy2DAsync_ptsz;
 __typeof__(cudaMemcpyPeerAsync) cudaMemcpyPeerAsync_ptsz;
