@@ -223,13 +223,26 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
     return "group_call";
 }
 
+/* Attempts that broke, none complete, before the matcher says so: a
+ * signature recorded for another build must not fail silently. */
+#define H3_MATCH_WARN_AFTER 8
+
 /* Counts a break of signature `s`'s instance in progress, and why. */
 static void h3_match_count_break(unsigned s, const char *why, uint32_t at)
 {
     const char *expected = NULL;
     if (atomic_compare_exchange_strong(&h3_match_counts[s].first_break, &expected, why))
         atomic_store(&h3_match_counts[s].first_break_call, at);
-    atomic_fetch_add_explicit(&h3_match_counts[s].broken, 1, memory_order_relaxed);
+    unsigned long broken = atomic_fetch_add_explicit(&h3_match_counts[s].broken, 1, memory_order_relaxed) + 1;
+    if (broken == H3_MATCH_WARN_AFTER && atomic_load(&h3_match_counts[s].complete) == 0) {
+        const struct h3_sig *sig = h3_signatures_get(s);
+        H3_WARN(H3_SUB_HOOK,
+                "signature %s/%s (%s): %d attempts to match it broke and none completed (first break: %s at "
+                "call %u); this process's calls differ from the recording (another PyTorch, CUDA or GPU?), so "
+                "nothing it covers is fused. Record it again for this build (signatures/README.md)",
+                sig->model, sig->group, sig->path, H3_MATCH_WARN_AFTER, atomic_load(&h3_match_counts[s].first_break),
+                atomic_load(&h3_match_counts[s].first_break_call));
+    }
 }
 
 void h3_match_interrupt(void)

@@ -64,9 +64,9 @@ START_TEST(every_recorded_block_is_recognised)
 }
 END_TEST
 
-/* One edit of the replay: in the `nth` line (1-based) containing `match`,
- * token number `token` becomes `to`, or with `to` NULL the pointer it holds
- * plus 1 MiB. */
+/* One edit of the replay: in the `nth` line (1-based; 0: every line)
+ * containing `match`, token number `token` becomes `to`, or with `to` NULL
+ * the pointer it holds plus 1 MiB. */
 struct t_edit {
     const char *match;
     int nth, token;
@@ -84,7 +84,8 @@ static char *edited_replay(void)
     int seen = 0;
     bool done = false;
     for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
-        if (done || strstr(line, t_edit.match) == NULL || ++seen != t_edit.nth) {
+        if ((done && t_edit.nth != 0) || strstr(line, t_edit.match) == NULL ||
+            (++seen != t_edit.nth && t_edit.nth != 0)) {
             fprintf(f, "%s\n", line);
             continue;
         }
@@ -157,6 +158,22 @@ START_TEST(a_rewired_pointer_breaks_its_instance)
 }
 END_TEST
 
+START_TEST(a_signature_that_never_matches_is_reported)
+{
+    /* Every SiLU launch gets another grid, as under another PyTorch build:
+     * no instance completes, and the shim says so once, without stats. */
+    t_edit = (struct t_edit){"silu_kernel", 0, 2, "28751"};
+    const char *err = t_capture_stderr();
+    ck_assert_int_eq(t_in_child(replay_edited_child), 0);
+    char *text = t_read_file(err, NULL);
+    ck_assert_msg(strstr(text, "0 complete, ") != NULL, "%s", text);
+    const char *w = strstr(text, "attempts to match it broke and none completed (first break: config at call 35)");
+    ck_assert_msg(w != NULL, "no warning in:\n%.2000s", text);
+    ck_assert_msg(strstr(w + 1, "attempts to match it broke") == NULL, "warned twice");
+    free(text);
+}
+END_TEST
+
 Suite *t_suite_match(void)
 {
     Suite *s = suite_create("match");
@@ -167,6 +184,7 @@ Suite *t_suite_match(void)
     tcase_add_test(tc, a_changed_launch_breaks_its_instance);
     tcase_add_test(tc, a_changed_stable_byte_breaks_its_instance);
     tcase_add_test(tc, a_rewired_pointer_breaks_its_instance);
+    tcase_add_test(tc, a_signature_that_never_matches_is_reported);
     suite_add_tcase(s, tc);
     return s;
 }
