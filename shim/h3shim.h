@@ -553,6 +553,9 @@ int h3_backtrace(void **frames, int max);
 /* ---- stats.c ---- */
 
 void h3_stats_count(const struct h3_call *c);
+/* Adds one observed call's host time in the shim before forwarding (call
+ * record, matcher, engine, and any op it ran). */
+void h3_stats_shim_time(uint64_t ns);
 /* Prints the table to stderr (called at exit when H3SHIM_STATS=1). */
 void h3_stats_print(void);
 void h3_stats_reset(void);

@@ -42,8 +42,16 @@ static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn)
     c->fn = fn;
     c->detail = h3_trace_on || h3_match_on;
     c->device = -1;
-    if (h3_trace_on)
+    if (h3_trace_on || h3_config.stats)
         c->t0_ns = h3_now_ns();
+}
+
+/* The call is decided and about to be forwarded (or was handled): the
+ * shim's own host time so far is counted in the stats. */
+static inline void h3_call_decided(struct h3_call *c)
+{
+    if (h3_config.stats)
+        h3_stats_shim_time(h3_now_ns() - c->t0_ns);
 }
 
 /* Whether configuration calls must be remembered: the shim is active and
@@ -102,7 +110,9 @@ static inline bool h3_call_unwanted_fast(void)
         describe;                                                                \
         /* Deferred or run by an op: the caller sees success, as from a     */  \
         /* launch (every entry point the engine defers returns 0 then).     */  \
-        ret r_ = h3_engine_before(c) ? (ret)0 : real_ args;                     \
+        bool handled_ = h3_engine_before(c);                                     \
+        h3_call_decided(c);                                                      \
+        ret r_ = handled_ ? (ret)0 : real_ args;                                 \
         h3_call_end(c, (long long)r_);                                           \
         return r_;                                                               \
     }                                                                            \

@@ -258,6 +258,7 @@ START_TEST(replay_op_issues_every_group_once)
     long runs = stat_after(stats, "op replay       ");
     ck_assert_int_eq(runs, T_INSTANCES * t_block.groups);
     ck_assert_int_eq(stat_after(stats, "engine: "), T_INSTANCES * 37);
+    ck_assert_int_eq(stat_after(stats, "shim host time: "), 516); /* every call of the replay was observed */
     check_accounting(stats);
     free(stats);
     free(log);
