@@ -55,7 +55,7 @@ def main():
     ap.add_argument("--ops", default="swiglu", help="H3SHIM_OPS of arms O and OG")
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
     a = ap.parse_args()
-    replay = {"H3SHIM_OP_REPLAY": "1"}
+    replay = {"H3SHIM_OP_REPLAY": "1", "H3SHIM_OPS": "none"}
     ops = {"H3SHIM_OPS": a.ops}
     arms = {"A": (None, False, {}), "S": (a.shim, False, {}), "G": (None, True, {}), "SG": (a.shim, True, {}),
             "R": (a.shim, False, replay), "RG": (a.shim, True, replay),

@@ -93,7 +93,7 @@ class Harness:
                ("M", {"H3SHIM_MATCH": "1"}),
                # R runs the engine with the replay op: every group of every block
                # is held back and issued verbatim when it completes.
-               ("R", {"H3SHIM_OP_REPLAY": "1"})]
+               ("R", {"H3SHIM_OP_REPLAY": "1", "H3SHIM_OPS": "none"})]
         out += [(f"op:{op}", {"H3SHIM_OPS": op}) for op in self.ops]
         out.append(("all", {"H3SHIM_OPS": "all"}))
         return out

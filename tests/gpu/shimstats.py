@@ -39,8 +39,9 @@ def replay_verdict(stats, blocks):
     recognised, every group of every block run by the replay op, nothing issued with an error."""
     s = parse(stats)
     groups = groups_per_block()
+    taken = sum(c for _, c in s["ops"].values())  # by the replay op and any fused op beside it
     ok = (s.get("complete") == blocks and s.get("op_runs") == groups * blocks and s.get("issue_errors") == 0
-          and s.get("deferred") == s.get("op_calls", -1) + sum(c for _, c in s["flushes"].values()))
+          and s.get("deferred") == taken + sum(c for _, c in s["flushes"].values()))
     text = (f"{s.get('complete')} of {blocks} block calls recognised ({s.get('broken')} broken attempts"
             f"{', first break: ' + s['first_break'] if s.get('first_break') else ''}); replay op ran "
             f"{s.get('op_runs')} of {groups * blocks} groups ({s.get('op_calls')} launches), "
