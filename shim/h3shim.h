@@ -241,6 +241,11 @@ struct h3_cudnn_desc {
     void *workspace;
 };
 
+struct h3_sync_desc {
+    const void *dst;
+    size_t bytes;
+};
+
 struct h3_procaddr_desc {
     const char *symbol;
     void **pfn;
@@ -282,6 +287,7 @@ struct h3_call {
         struct h3_gemm_desc gemm;
         struct h3_cudnn_desc dnn;
         struct h3_procaddr_desc pa;
+        struct h3_sync_desc sync;
     } u;
 };
 
@@ -306,7 +312,10 @@ void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int6
 void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
                            cudnnBackendDescriptor_t pack);
 void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int version, uint64_t flags);
-void h3_desc_sync(struct h3_call *c, const void *stream);
+/* A call that submits work or synchronises: its stream, and the memory it
+ * writes when it writes some (dst NULL otherwise; bytes 0 when unknown, as
+ * for a free). */
+void h3_desc_sync(struct h3_call *c, const void *stream, const void *dst, size_t bytes);
 
 /* ---- sigfile.c: signature files (signatures/FORMAT.md) ---- */
 

@@ -384,7 +384,9 @@ void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int ver
     c->fp = symbol != NULL ? h3_hash(H3_HASH_SEED, symbol, strlen(symbol)) : 0;
 }
 
-void h3_desc_sync(struct h3_call *c, const void *stream)
+void h3_desc_sync(struct h3_call *c, const void *stream, const void *dst, size_t bytes)
 {
     c->stream = stream;
+    c->u.sync.dst = dst;
+    c->u.sync.bytes = bytes;
 }

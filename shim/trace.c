@@ -270,6 +270,10 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
                       (unsigned long long)c->u.pa.flags);
         break;
     default:
+        if (hk->kind == H3_KIND_SYNC && c->u.sync.dst != NULL) {
+            h3_put_ptr(b, "dst", c->u.sync.dst);
+            h3_buf_printf(b, ",\"bytes\":%zu", c->u.sync.bytes);
+        }
         if (hk->kind == H3_KIND_LIBCALL) {
             const struct h3_gemm_desc *g = &c->u.gemm;
             h3_buf_printf(b,

@@ -129,7 +129,7 @@ static void fw_objects_make(uint64_t seed)
 #define h3_desc_gemm(c, handle, ...) (handle = fw_obj.blas)
 #define h3_desc_cudnn_execute(c, handle, plan, pack) (handle = fw_obj.dnn, pack = fw_obj.pack)
 /* A synchronising call's arguments are forwarded, never read. */
-#define h3_desc_sync(c, stream) ((void)0)
+#define h3_desc_sync(c, stream, dst, bytes) ((void)0)
 #define h3_cudnn_note_set(desc, attr, type, count, elements)                                       \
     (desc = fw_obj.pack, attr = CUDNN_ATTR_VARIANT_PACK_WORKSPACE, type = CUDNN_TYPE_VOID_PTR, count = 1, \
      elements = &fw_obj.workspace)

@@ -130,6 +130,30 @@ START_TEST(jsonl_records_have_the_fields)
 }
 END_TEST
 
+START_TEST(writes_show_their_destination)
+{
+    /* A call that writes memory records where and how much: what a cache of
+     * device data must know, and what one debugging a changed result asks. */
+    char *trace = t_path("trace.jsonl");
+    setenv("H3SHIM_TRACE", trace, 1);
+    uint64_t sent[FAKE_MAX_ARGS];
+    int nargs = 0;
+    t_fw_call("cudaMemsetAsync", 77, sent, &nargs);
+    t_fw_call("cuMemsetD32Async", 78, sent + 8, &nargs);
+    char *text = t_read_file(trace, NULL);
+    char rec[8192], want[64];
+    line_with(text, "cudaMemsetAsync", rec, sizeof(rec));
+    snprintf(want, sizeof(want), "\"%#llx\"", (unsigned long long)sent[0]);
+    expect_field(rec, "dst", want);
+    snprintf(want, sizeof(want), "%llu", (unsigned long long)sent[2]);
+    expect_field(rec, "bytes", want);
+    line_with(text, "cuMemsetD32Async", rec, sizeof(rec));
+    snprintf(want, sizeof(want), "%llu", (unsigned long long)(sent[8 + 2] * 4)); /* N words of 4 bytes */
+    expect_field(rec, "bytes", want);
+    free(text);
+}
+END_TEST
+
 START_TEST(params_are_dumped_on_request)
 {
     char *trace = t_path("trace.jsonl");
@@ -299,6 +323,7 @@ Suite *t_suite_trace(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, jsonl_records_have_the_fields);
     tcase_add_test(tc, params_are_dumped_on_request);
+    tcase_add_test(tc, writes_show_their_destination);
     tcase_add_test(tc, many_threads_one_line_per_call);
     tcase_add_test(tc, fork_child_gets_its_own_trace);
     tcase_add_test(tc, chrome_format_is_one_json_array);
