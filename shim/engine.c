@@ -185,6 +185,7 @@ struct h3_queue {
     uint32_t next; /* the signature call expected next */
     uint32_t n;
     size_t used;
+    bool awaiting; /* the group is complete; an op waits for the library call after it */
     struct h3_deferred *calls;
     unsigned char *arena;
 };
@@ -260,6 +261,7 @@ static void h3_queue_clear(struct h3_queue *q)
     q->n = 0;
     q->used = 0;
     q->sig = NULL;
+    q->awaiting = false;
 }
 
 /* Issues every queued call untouched, in order, and empties the queue. */
@@ -363,20 +365,28 @@ static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
     return true;
 }
 
-/* The group in the queue is complete: each op range runs its op (or, when
- * the op cannot, its calls untouched); the other calls are issued as made. */
-static void h3_group_run(struct h3_queue *q, struct h3_call *c)
+/* The group in the queue is complete (and, with `anchor`, the library call
+ * after it has come): each op range runs its op (or, when the op cannot, its
+ * calls untouched); the other calls are issued as made.  Returns whether an
+ * op made the anchor call (else the caller forwards it). */
+static bool h3_group_run(struct h3_queue *q, struct h3_call *c, struct h3_call *anchor)
 {
     const struct h3_groups *g = q->groups;
-    uint32_t first = (uint32_t)g->first[q->next - 1];
+    uint32_t first = (uint32_t)g->first[q->next - 1]; /* next: the call after the group's last launch */
+    bool anchor_done = false;
     for (uint32_t i = 0; i < q->n;) {
         int32_t r = g->range_at[first + i];
-        uint32_t len = r >= 0 ? g->ranges[r].last - g->ranges[r].first + 1 : 1;
-        if (r >= 0 && i + len <= q->n && h3_op_check(g->ranges[r].op) == NULL) {
-            const char *why = h3_op_run(&g->ranges[r], &q->calls[i]);
+        const struct h3_op_range *range = r >= 0 ? &g->ranges[r] : NULL;
+        uint32_t len = range != NULL ? range->last - range->first + 1 - (range->anchored ? 1u : 0u) : 1;
+        if (range != NULL && range->anchored && anchor == NULL)
+            range = NULL; /* cannot happen: an anchored group waits for its call */
+        if (range != NULL && i + len <= q->n && h3_op_check(range->op) == NULL) {
+            const char *why = h3_op_run(range, &q->calls[i], range->anchored ? anchor : NULL);
+            if (why == NULL && range->anchored)
+                anchor_done = true;
             if (why == NULL) {
-                if (c->op == NULL || g->ranges[r].op != &h3_op_replay)
-                    c->op = g->ranges[r].op->name;
+                if (c->op == NULL || range->op != &h3_op_replay)
+                    c->op = range->op->name;
                 c->op_calls += len;
             } else {
                 c->op_fallback = why;
@@ -388,8 +398,18 @@ static void h3_group_run(struct h3_queue *q, struct h3_call *c)
         i += len;
     }
     /* "op" when an op ran; else the group was issued as it was made. */
-    c->decision = c->op != NULL ? "op" : "deferred";
+    c->decision = c->op != NULL ? "op" : anchor != NULL ? "passthrough" : "deferred";
     h3_queue_clear(q);
+    return anchor_done;
+}
+
+/* The anchored range that ends at the library call after group [.., last], or NULL. */
+static const struct h3_op_range *h3_group_anchor(const struct h3_groups *g, uint32_t last)
+{
+    for (unsigned r = 0; r < g->nranges; r++)
+        if (g->ranges[r].anchored && g->ranges[r].last == last + 1)
+            return &g->ranges[r];
+    return NULL;
 }
 
 /* Whether launch `c`, matched as call `j` of a group, can be held back. */
@@ -410,16 +430,20 @@ bool h3_engine_before(struct h3_call *c)
         c->reason = "sync";
         h3_match_interrupt();
         h3_flush(q, H3_FLUSH_FOREIGN, c);
+        h3_wcache_observe(c);
         return false;
     }
     h3_match_call(c);
     if (!h3_engine_on)
         return false;
+    h3_wcache_observe(c);
     const struct h3_groups *g = c->match_sig != NULL ? h3_groups_of(c->match_sig) : NULL;
     uint32_t j = c->match_call;
     bool grouped = g != NULL && g->first[j] >= 0;
     if (q != NULL && q->n > 0) {
         bool continues = q->sig == c->match_sig && q->next == j && q->stream == c->stream;
+        if (continues && q->awaiting) /* the library call an op waited for */
+            return h3_group_run(q, c, c);
         if (!continues)
             h3_flush(q, c->stream != q->stream ? H3_FLUSH_OTHER_STREAM : H3_FLUSH_BROKEN, c);
         else if (!grouped || !h3_call_deferrable(c))
@@ -444,8 +468,12 @@ bool h3_engine_before(struct h3_call *c)
     q->stream = c->stream;
     q->next = j + 1;
     c->decision = "deferred";
-    if ((uint32_t)g->last[j] == j)
-        h3_group_run(q, c);
+    if ((uint32_t)g->last[j] == j) {
+        if (h3_group_anchor(g, j) != NULL)
+            q->awaiting = true; /* held until the library call comes, or anything else */
+        else
+            h3_group_run(q, c, NULL);
+    }
     return true;
 }
 
@@ -476,6 +504,8 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...))
                 line("plan %s/%s: op %s takes calls %u-%u", h3_groups[i].sig->model, h3_groups[i].sig->group,
                      h3_groups[i].ranges[r].op->name, h3_groups[i].ranges[r].first, h3_groups[i].ranges[r].last);
     h3_ops_print_stats(line);
+    if (h3_op_enabled(&h3_op_weight_cache))
+        h3_wcache_print_stats(line);
     for (int w = 0; w < H3_FLUSH_COUNT; w++) {
         unsigned long n = atomic_load(&h3_flushes[w]);
         if (n != 0)

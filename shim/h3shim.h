@@ -84,6 +84,8 @@ struct h3_config {
     bool op_replay;
     const char *ops;
     const char *op_swiglu;
+    const char *op_weight_cache;
+    long weight_cache_max_mb;
     const char *sm_allow;
     long engine_max_calls;
     long engine_max_bytes;
@@ -223,6 +225,12 @@ struct h3_lt_desc {
     size_t workspace;
     bool have_algo;
     int32_t algo_id, tile, stages, splitk, reduction, swizzle, custom, cluster, inner;
+    /* The call's other arguments, for an op that makes the call itself. */
+    cublasLtHandle_t handle;
+    cublasLtMatmulDesc_t desc;
+    const void *alpha, *beta;
+    cublasLtMatrixLayout_t Adesc, Bdesc, Cdesc, Ddesc;
+    const cublasLtMatmulAlgo_t *algo;
 };
 
 struct h3_gemm_desc {
@@ -301,9 +309,9 @@ void h3_desc_drv_launch(struct h3_call *c, CUfunction f, unsigned gx, unsigned g
                         void **params, void **extra);
 void h3_desc_drv_launch_ex(struct h3_call *c, const CUlaunchConfig *config, CUfunction f,
                            void **params, void **extra);
-void h3_desc_lt_matmul(struct h3_call *c, cublasLtMatmulDesc_t desc, const void *A,
-                       cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
-                       const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+void h3_desc_lt_matmul(struct h3_call *c, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void *alpha,
+                       const void *A, cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
+                       const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
                        cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
                        void *workspace, size_t workspace_size, cudaStream_t stream);
 void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int64_t m, int64_t n,
@@ -453,6 +461,7 @@ struct h3_op;
 struct h3_op_range {
     const struct h3_op *op;
     uint32_t first, last;
+    bool anchored; /* `last` is the library call right after the group */
     int64_t arg[8];
 };
 
@@ -466,10 +475,12 @@ struct h3_op {
      * replace; returns how many it wrote to out[0..max). */
     unsigned (*plan)(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
                      unsigned max);
-    /* Runs the op in place of calls[0 .. last-first]; returns NULL when it
-     * ran, else why not (then nothing was launched, and the engine issues
-     * the calls untouched). */
-    const char *(*run)(const struct h3_op_range *r, const struct h3_deferred *calls);
+    /* Runs the op in place of calls[0 .. last-first] (for an anchored range,
+     * the held launches and then `anchor`, the library call itself, whose
+     * status the op stores in anchor->result); returns NULL when it ran,
+     * else why not (then nothing was launched, and the engine issues the
+     * calls untouched and forwards the anchor). */
+    const char *(*run)(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor);
 };
 
 /* Chooses the ops from H3SHIM_OPS, H3SHIM_OP_* and H3SHIM_SM_ALLOW. */
@@ -485,11 +496,17 @@ const char *h3_op_check(const struct h3_op *op);
 void h3_op_fallback(const struct h3_op *op, const char *why);
 /* Runs `op` on a complete range that h3_op_check() allowed; counts the
  * outcome.  Returns NULL when the op ran, else the fallback reason. */
-const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls);
+const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor);
 void h3_ops_print_stats(void (*line)(const char *fmt, ...));
 void h3_ops_reset(void);
 
-extern const struct h3_op h3_op_replay, h3_op_swiglu;
+extern const struct h3_op h3_op_replay, h3_op_swiglu, h3_op_weight_cache;
+
+/* ---- op_weight_cache.c ---- */
+
+/* Drops the cached copies whose source observed call `c` may write. */
+void h3_wcache_observe(const struct h3_call *c);
+void h3_wcache_print_stats(void (*line)(const char *fmt, ...));
 
 /* ---- kernels.c: the embedded kernels ---- */
 

@@ -108,11 +108,11 @@ static inline bool h3_call_unwanted_fast(void)
         struct h3_call *c = &call_;                                              \
         h3_call_begin(c, H3_FN_##name);                                          \
         describe;                                                                \
-        /* Deferred or run by an op: the caller sees success, as from a     */  \
-        /* launch (every entry point the engine defers returns 0 then).     */  \
+        /* Deferred or run by an op: the caller sees c->result: 0 for a     */  \
+        /* held launch, the status of a library call an op made.            */  \
         bool handled_ = h3_engine_before(c);                                     \
         h3_call_decided(c);                                                      \
-        ret r_ = handled_ ? (ret)0 : real_ args;                                 \
+        ret r_ = handled_ ? (ret)c->result : real_ args;                         \
         h3_call_end(c, (long long)r_);                                           \
         return r_;                                                               \
     }                                                                            \

@@ -105,8 +105,9 @@ static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_
     return n;
 }
 
-static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_deferred *calls)
+static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
+    (void)anchor;
     const char *why = NULL;
     const struct h3_deferred *silu = &calls[0], *mul = &calls[1];
     CUfunction fn = h3_kernels_function("h3_swiglu_f16", silu->stream, &why);

@@ -27,8 +27,9 @@ static unsigned h3_replay_plan(const struct h3_sig *sig, uint32_t first, uint32_
     return 1;
 }
 
-static const char *h3_replay_run(const struct h3_op_range *r, const struct h3_deferred *calls)
+static const char *h3_replay_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
+    (void)anchor;
     h3_engine_issue(calls, r->last - r->first + 1);
     return NULL;
 }
@@ -41,7 +42,7 @@ const struct h3_op h3_op_replay = {
     .run = h3_replay_run,
 };
 
-static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu};
+static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu, &h3_op_weight_cache};
 #define H3_OPS_COUNT H3_ARRAY_LEN(h3_ops)
 
 #define H3_OP_REASONS 8
@@ -97,7 +98,9 @@ static bool h3_list_has(const char *list, const char *name)
 /* The value of an op's own switch: 1, 0, or -1 when unset or bad. */
 static int h3_op_switch(const struct h3_op *op)
 {
-    const char *v = op == &h3_op_swiglu ? h3_config.op_swiglu : NULL;
+    const char *v = op == &h3_op_swiglu         ? h3_config.op_swiglu
+                    : op == &h3_op_weight_cache ? h3_config.op_weight_cache
+                                                : NULL;
     if (op == &h3_op_replay)
         return h3_config.op_replay ? 1 : -1;
     if (v == NULL || *v == '\0')
@@ -121,7 +124,7 @@ void h3_ops_setup(void)
             for (unsigned i = 0; i < H3_OPS_COUNT; i++)
                 known |= strcmp(h3_ops[i]->name, t) == 0;
             if (!known)
-                H3_WARN(H3_SUB_CONFIG, "H3SHIM_OPS names '%s', which is not an op (ops: replay, swiglu)", t);
+                H3_WARN(H3_SUB_CONFIG, "H3SHIM_OPS names '%s', which is not an op (ops: swiglu, weight_cache)", t);
         }
     }
     for (unsigned i = 0; i < H3_OPS_COUNT; i++) {
@@ -200,10 +203,10 @@ void h3_op_fallback(const struct h3_op *op, const char *why)
     h3_op_count_fallback(h3_op_index(op), why);
 }
 
-const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls)
+const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     unsigned i = h3_op_index(r->op);
-    const char *why = r->op->run(r, calls);
+    const char *why = r->op->run(r, calls, anchor);
     if (why != NULL) {
         h3_op_count_fallback(i, why);
         return why;

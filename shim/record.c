@@ -291,9 +291,9 @@ static void h3_lt_layout(struct h3_lt_layout *l, cublasLtMatrixLayout_t desc)
     l->stride = h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 8);
 }
 
-void h3_desc_lt_matmul(struct h3_call *c, cublasLtMatmulDesc_t desc, const void *A,
-                       cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
-                       const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+void h3_desc_lt_matmul(struct h3_call *c, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void *alpha,
+                       const void *A, cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
+                       const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
                        cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,
                        void *workspace, size_t workspace_size, cudaStream_t stream)
 {
@@ -302,6 +302,8 @@ void h3_desc_lt_matmul(struct h3_call *c, cublasLtMatmulDesc_t desc, const void 
         return;
     struct h3_lt_desc *lt = &c->u.lt;
     memset(lt, 0, sizeof(*lt));
+    lt->handle = handle, lt->desc = desc, lt->alpha = alpha, lt->beta = beta, lt->algo = algo;
+    lt->Adesc = Adesc, lt->Bdesc = Bdesc, lt->Cdesc = Cdesc, lt->Ddesc = Ddesc;
     lt->A = A, lt->B = B, lt->C = C, lt->D = D, lt->workspace_ptr = workspace;
     void *g = (void *)h3_get_cublasLtMatmulDescGetAttribute();
     lt->compute = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, 4);

@@ -119,9 +119,14 @@ static struct fake_kernel lt_kernel;
 
 static long long fake_behave(const char *fn, void **argp)
 {
-    (void)argp;
     if (strcmp(fn, "cublasLtMatmul") != 0)
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* What the GEMM reads as A and bias (the bias is a descriptor attribute),
+     * logged as an entry "lt_operands". */
+    uint64_t operands[2] = {(uint64_t)(uintptr_t)*(const void **)argp[3], 0};
+    cublasLtMatmulDescGetAttribute(*(cublasLtMatmulDesc_t *)argp[1], CUBLASLT_MATMUL_DESC_BIAS_POINTER, &operands[1],
+                                   sizeof(operands[1]), NULL);
+    fakelog_call("cublasLt", "lt_operands", 2, operands, 0);
     /* Like cuBLAS: the GEMM kernel goes straight to the driver. */
     if (lt_kernel.magic == 0) {
         size_t sizes[1] = {8};

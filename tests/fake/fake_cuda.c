@@ -74,6 +74,22 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
     return CUDA_SUCCESS;
 }
 
+/* Device memory is host memory; allocations' extents are not known. */
+FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
+{
+    void *m = malloc(bytes > 0 ? bytes : 1);
+    if (m == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+    (void)base, (void)size, (void)p;
+    return CUDA_ERROR_NOT_FOUND;
+}
+
 /* No context is current while FAKE_NO_CONTEXT is set. */
 FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx)
 {

@@ -123,7 +123,7 @@ static void fw_objects_make(uint64_t seed)
     (config = &fw_obj.drv_config, f = (CUfunction)&fw_kernel, params = fw_obj.params, extra = NULL)
 #define h3_desc_procaddr(c, symbol, pfn, version, flags) \
     (symbol = "cuLaunchKernel", pfn = &fw_obj.proc, version = 12000, flags = CU_GET_PROC_ADDRESS_DEFAULT)
-#define h3_desc_lt_matmul(c, desc, A, Adesc, B, Bdesc, C, Cdesc, D, Ddesc, algo, ws, wss, stream) \
+#define h3_desc_lt_matmul(c, handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, ws, wss, stream) \
     (desc = fw_obj.lt_desc, Adesc = fw_obj.lt_layout[0], Bdesc = fw_obj.lt_layout[1],             \
      Cdesc = fw_obj.lt_layout[2], Ddesc = fw_obj.lt_layout[3], algo = &fw_obj.lt_algo)
 #define h3_desc_gemm(c, handle, ...) (handle = fw_obj.blas)
@@ -362,7 +362,7 @@ static long long fw_replay_cudnn(char **tok, int n, uintptr_t stream)
 }
 
 /* Makes the call fw_replay_with() inserts before a call on `stream`. */
-static long long fw_insert(enum fw_insert what, cudaStream_t stream)
+static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t ptr)
 {
     static char host[64];
     void *args[3] = {&fw_obj.param_values[0], &fw_obj.param_values[1], &fw_obj.param_values[2]};
@@ -370,7 +370,7 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream)
     switch (what) {
     case FW_INSERT_NONE: return 0;
     case FW_INSERT_STREAM_SYNC: return cudaStreamSynchronize(stream);
-    case FW_INSERT_MEMSET: return cudaMemsetAsync((void *)0x7000, 0, 64, stream);
+    case FW_INSERT_MEMSET: return cudaMemsetAsync((void *)(ptr != 0 ? ptr : 0x7000), 0, 64, stream);
     case FW_INSERT_EVENT: return cudaEventRecord((cudaEvent_t)0x8000, stream);
     case FW_INSERT_DRIVER_COPY: {
         /* Found the way the runtimes find the driver: through cuGetProcAddress. */
@@ -398,7 +398,7 @@ FAKE_EXPORT long fw_replay(const char *path, long *bad_line)
 
 FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *opts, long *bad_line)
 {
-    struct fw_replay_opts none = {-1, FW_INSERT_NONE, 0, 0};
+    struct fw_replay_opts none = {-1, FW_INSERT_NONE, 0, 0, 0};
     const struct fw_replay_opts *o = opts != NULL ? opts : &none;
     FILE *f = fopen(path, "r");
     if (f == NULL)
@@ -416,7 +416,7 @@ FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *o
             tok[n++] = t;
         long long r = -1;
         if (calls == o->insert_before && n > 1 &&
-            fw_insert(o->insert, fw_replay_stream(tok[strcmp(tok[0], "L") == 0 ? 9 : 1], o->stream)) != 0) {
+            fw_insert(o->insert, fw_replay_stream(tok[strcmp(tok[0], "L") == 0 ? 9 : 1], o->stream), o->insert_ptr) != 0) {
             *bad_line = lineno;
             fclose(f);
             return -1;

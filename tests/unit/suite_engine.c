@@ -45,7 +45,8 @@ static void write_log(const char *path)
             strncmp(e.fn, "cuLaunchKernel", 14) == 0 || strncmp(e.fn, "cuGetProcAddress", 16) == 0)
             continue;
         fprintf(f, "%s", e.fn);
-        bool library = strcmp(e.lib, "cublasLt") == 0 || strcmp(e.lib, "cublas") == 0 || strcmp(e.lib, "cudnn") == 0;
+        bool library = (strcmp(e.lib, "cublasLt") == 0 && strcmp(e.fn, "lt_operands") != 0) ||
+                       strcmp(e.lib, "cublas") == 0 || strcmp(e.lib, "cudnn") == 0;
         for (int a = 0; !library && a < e.nargs; a++)
             fprintf(f, " %llx", (unsigned long long)e.args[a]);
         fprintf(f, " -> %lld\n", e.ret);
@@ -295,7 +296,7 @@ START_TEST(foreign_calls_at_every_position_of_a_block)
     int runs = 0;
     for (int what = FW_INSERT_STREAM_SYNC; what < FW_INSERT_COUNT; what++) {
         for (int p = 0; p <= T_BLOCK; p++) {
-            t_run.opts = (struct fw_replay_opts){t_block.start + p, (enum fw_insert)what, 0, 0};
+            t_run.opts = (struct fw_replay_opts){t_block.start + p, (enum fw_insert)what, 0, 0, 0};
             char tag[64];
             snprintf(tag, sizeof(tag), "%s-%d", t_insert_names[what], p);
             char *base = replay_with("base", t_disabled, NULL);
@@ -345,10 +346,10 @@ START_TEST(two_threads_on_two_streams)
 {
     char *base[2];
     for (int i = 0; i < 2; i++) {
-        t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, i == 0 ? 0x1000 : 0x2000, 0};
+        t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, i == 0 ? 0x1000 : 0x2000, 0, 0};
         base[i] = replay_with(i == 0 ? "base-1000" : "base-2000", t_disabled, NULL);
     }
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
     t_run.threads = 2;
     char *stats;
     char *log = replay_with("threads", t_replay_op, &stats);
@@ -555,7 +556,7 @@ START_TEST(switches_choose_the_ops)
     T_NEEDS_KERNELS();
     char *base = replay_with("base", t_disabled, NULL);
     struct {
-        const char *env[4];
+        const char *env[5];
         const char *expect;
         bool fused; /* the op ran: the log differs from the unshimmed one */
     } cases[] = {
@@ -567,7 +568,7 @@ START_TEST(switches_choose_the_ops)
         {{"H3SHIM_OPS=all", NULL}, "op swiglu       9 groups run", true},
         {{"H3SHIM_OPS=swiglu", NULL}, "op swiglu       9 groups run", true},
         {{"H3SHIM_OPS=none", "H3SHIM_OP_SWIGLU=1", NULL}, "op swiglu       9 groups run", true},
-        {{"H3SHIM_OPS=all", "H3SHIM_OP_SWIGLU=0", NULL}, "passthrough  matching_off", false},
+        {{"H3SHIM_OPS=all", "H3SHIM_OP_SWIGLU=0", "H3SHIM_OP_WEIGHT_CACHE=0", NULL}, "passthrough  matching_off", false},
         {{"H3SHIM_OPS=bogus", NULL}, "H3SHIM_OPS names 'bogus', which is not an op", false},
         {{"H3SHIM_OPS=none", "H3SHIM_OP_SWIGLU=yes", NULL}, "H3SHIM_OP_SWIGLU=yes: expected 0 or 1", false},
         /* With the replay op too, swiglu takes its two calls and replay the rest (calls 37-38 of that group). */
@@ -592,7 +593,7 @@ START_TEST(held_back_launches_are_issued_when_their_thread_exits)
     /* A thread stops in the middle of a group (calls 35-36 of the fifth
      * instance held back) and exits: the launches are issued then. */
     learn_block();
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, t_block.start + 37};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, t_block.start + 37, 0};
     char *base = replay_with("base", t_disabled, NULL);
     t_run.threads = 1;
     char *stats;
@@ -611,7 +612,7 @@ END_TEST
 START_TEST(a_fork_child_does_not_issue_the_parents_held_back_launches)
 {
     learn_block();
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, t_block.start + 37};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, t_block.start + 37, 0};
     t_run.fork_after = true;
     t_run.log_child = t_path("log-child.txt");
     char *base = replay_with("base", t_disabled, NULL);
@@ -630,10 +631,151 @@ START_TEST(a_fork_child_does_not_issue_the_parents_held_back_launches)
 }
 END_TEST
 
+/* ---- weight_cache ---- */
+
+static const char *const t_wc[] = {"H3SHIM_OP_WEIGHT_CACHE=1", NULL};
+
+/* The distinct words `word` (1-based) of the log's lines starting with `prefix`. */
+static size_t distinct_words(const char *log, const char *prefix, int word, uint64_t *out, size_t max)
+{
+    size_t n = 0;
+    char *copy = strdup(log);
+    for (char *l = strtok(copy, "\n"); l != NULL; l = strtok(NULL, "\n")) {
+        if (strncmp(l, prefix, strlen(prefix)) != 0)
+            continue;
+        const char *w = l;
+        for (int i = 0; i < word && w != NULL; i++)
+            w = strchr(w + 1, ' ');
+        uint64_t v = w != NULL ? strtoull(w + 1, NULL, 16) : 0;
+        bool seen = false;
+        for (size_t i = 0; i < n; i++)
+            seen |= out[i] == v;
+        if (!seen && n < max)
+            out[n++] = v;
+    }
+    free(copy);
+    return n;
+}
+
+START_TEST(weight_cache_casts_each_weight_once)
+{
+    char *base = replay_with("base", t_disabled, NULL);
+    char *stats;
+    char *log = replay_with("wc", t_wc, &stats);
+    /* 3 blocks x 4 GEMMs, each with a weight and a bias: 24 copies made in the
+     * first pass and used in the two others; the block's own launches never
+     * drop one. */
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (126 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "weight_cache: 24 copies") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "48 hits, 24 fills, 0 drops") != NULL, "%s", tail_of(stats));
+    /* 72 casts are 24 casts into the cache ... */
+    ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(base, "exec ") - 48);
+    /* ... and every block GEMM reads a copy: 12 weights and 12 biases that
+     * no GEMM read without the shim (the trace's GEMMs outside the blocks
+     * read what they read before). */
+    uint64_t a[64], b[64], a0[64], b0[64];
+    size_t na = distinct_words(log, "lt_operands", 1, a, 64), nb = distinct_words(log, "lt_operands", 2, b, 64);
+    size_t na0 = distinct_words(base, "lt_operands", 1, a0, 64), nb0 = distinct_words(base, "lt_operands", 2, b0, 64);
+    size_t new_a = 0, new_b = 0;
+    for (size_t i = 0; i < na; i++) {
+        bool old = false;
+        for (size_t j = 0; j < na0; j++)
+            old |= a[i] == a0[j];
+        new_a += !old;
+    }
+    for (size_t i = 0; i < nb; i++) {
+        bool old = false;
+        for (size_t j = 0; j < nb0; j++)
+            old |= b[i] == b0[j];
+        new_b += !old;
+    }
+    ck_assert_uint_eq(new_a, 12);
+    ck_assert_uint_eq(new_b, 12);
+    /* Everything else ran as without the shim. */
+    char *want = log_without(base, "-", "-", "lt_operands"), *got = log_without(log, "-", "-", "lt_operands");
+    char *want2 = strdup(want), *got2 = strdup(got);
+    size_t wl = 0, gl = 0;
+    for (char *l = strtok(want2, "\n"); l != NULL; l = strtok(NULL, "\n"))
+        wl += strncmp(l, "exec ", 5) != 0;
+    for (char *l = strtok(got2, "\n"); l != NULL; l = strtok(NULL, "\n"))
+        gl += strncmp(l, "exec ", 5) != 0;
+    ck_assert_uint_eq(wl, gl);
+    free(want), free(got), free(want2), free(got2);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+/* The FP32 source pointer of the fifth instance's weight cast (call 2): the
+ * second pointer of its third parameter, from the replay file. */
+static uintptr_t fifth_weight(void)
+{
+    char *path = t_repo_path(T_REPLAY);
+    char *text = t_read_file(path, NULL);
+    char *line = text;
+    for (long i = 0; i < t_block.start + 2 && line != NULL; i++)
+        line = strchr(line, '\n') != NULL ? strchr(line, '\n') + 1 : NULL;
+    ck_assert(line != NULL);
+    /* L NAME GX GY GZ BX BY BZ SHMEM STREAM 3 4 1 16 HEX0 HEX1 HEX2 */
+    const char *tok = line;
+    for (int i = 0; i < 16; i++)
+        tok = strchr(tok, ' ') + 1;
+    ck_assert_int_eq((int)strcspn(tok, " \n"), 32);
+    unsigned char bytes[8];
+    for (int i = 0; i < 8; i++) {
+        unsigned v;
+        ck_assert(sscanf(tok + 16 + 2 * i, "%2x", &v) == 1);
+        bytes[i] = (unsigned char)v;
+    }
+    uint64_t p;
+    memcpy(&p, bytes, 8);
+    free(text);
+    free(path);
+    return (uintptr_t)p;
+}
+
+START_TEST(weight_cache_drops_a_copy_whose_source_is_written)
+{
+    learn_block();
+    /* A memset into the fifth instance's to_qkv weight, right before that
+     * instance: its copy is dropped and made again, nothing else. */
+    t_run.opts = (struct fw_replay_opts){t_block.start, FW_INSERT_MEMSET, 0, 0, fifth_weight()};
+    char *stats;
+    char *log = replay_with("wc-write", t_wc, &stats);
+    ck_assert_msg(strstr(stats, "47 hits, 25 fills, 1 drops") != NULL, "%s", tail_of(stats));
+    free(stats);
+    free(log);
+}
+END_TEST
+
+static void expect_wc_fallback(const char *const *env, const char *reason)
+{
+    char *base = replay_with("base", t_disabled, NULL);
+    char *stats;
+    char *log = replay_with("wc-fallback", env, &stats);
+    char want[128];
+    snprintf(want, sizeof(want), "op weight_cache fallback %-20s %d", reason, 4 * T_INSTANCES);
+    ck_assert_msg(strstr(stats, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats));
+    ck_assert_msg(strcmp(base, log) == 0, "%s: the fakes executed another stream of calls", reason);
+    free(stats);
+    free(log);
+    free(base);
+}
+
+START_TEST(weight_cache_falls_back_exactly)
+{
+    static const char *const capturing[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FAKE_CAPTURING=1", NULL};
+    expect_wc_fallback(capturing, "capturing");
+    static const char *const full[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_WEIGHT_CACHE_MAX_MB=0", NULL};
+    expect_wc_fallback(full, "cache_full");
+}
+END_TEST
+
 static void engine_setup(void)
 {
     t_setup();
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
     t_run.threads = 0;
     t_run.trace = NULL;
     t_run.fork_after = false;
@@ -661,6 +803,9 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, swiglu_falls_back_without_its_kernels);
     tcase_add_test(ops, swiglu_never_loads_its_kernels_during_capture);
     tcase_add_test(ops, every_fallback_reason_is_reachable);
+    tcase_add_test(ops, weight_cache_casts_each_weight_once);
+    tcase_add_test(ops, weight_cache_drops_a_copy_whose_source_is_written);
+    tcase_add_test(ops, weight_cache_falls_back_exactly);
     tcase_add_test(ops, switches_choose_the_ops);
     suite_add_tcase(s, ops);
     return s;

@@ -1,0 +1,373 @@
+/*
+ * The weight_cache op: the FP32->FP16 casts of a block GEMM's weight and
+ * bias, which autocast repeats on every call, are made once; the GEMM reads
+ * the cached FP16 copies through its A pointer and bias attribute.
+ *
+ * Owns: the cache (per source, element count and stream), its invalidation,
+ * and its counters.
+ * Invariants:
+ *   - A copy is made by PyTorch's own cast launch with its output pointer
+ *     moved to the cache: the same kernel on the same input, so the same bits.
+ *   - An entry is dropped whenever the shim sees anything that may write its
+ *     source: a memcpy or memset into it, a stream write value into it, a
+ *     free of the allocation holding it, a launch whose parameters point into
+ *     it (other than the casts the op replaces, which read it), a cuBLAS or
+ *     cuBLASLt output or any cuDNN pointer into it; every entry is dropped at
+ *     a CUDA graph launch, a host function, and a batch of stream memory
+ *     operations.  What the shim cannot see is in README.md ("weight_cache").
+ *   - Copies are per stream, so a copy made on one stream is never read on
+ *     another before it is complete.
+ *   - Under stream capture the op falls back (a replayed graph would read
+ *     the cache with no invalidation reaching it).
+ * Never: issues anything before every fallback has been ruled out.
+ */
+#include "h3shim.h"
+
+#include <pthread.h>
+#include <string.h>
+
+static const int h3_wc_validated[] = {0}; /* validated nowhere yet */
+
+#define H3_WC_MAX 4096
+
+struct h3_wc_entry {
+    uint64_t src, n; /* FP32 source and element count */
+    const void *stream;
+    CUdeviceptr dst; /* FP16 copy */
+    bool valid;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct h3_wc_entry e[H3_WC_MAX];
+    unsigned n;
+    size_t bytes;
+    atomic_uint live; /* entries, for the fast "nothing cached" test */
+    uint64_t lo, hi;  /* bounds of every source */
+    atomic_ulong hits, fills, drops;
+} h3_wc = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Per signature, which calls are casts that the op replaces (they read a
+ * source: their launches do not invalidate it). */
+#define H3_WC_SIGS 8
+static struct {
+    const struct h3_sig *sig;
+    uint64_t casts[8]; /* bitmap over calls 0..511 */
+} h3_wc_casts[H3_WC_SIGS];
+
+static void h3_wc_mark_cast(const struct h3_sig *sig, uint32_t j)
+{
+    for (unsigned i = 0; i < H3_WC_SIGS && j < 512; i++) {
+        if (h3_wc_casts[i].sig == NULL)
+            h3_wc_casts[i].sig = sig;
+        if (h3_wc_casts[i].sig == sig) {
+            h3_wc_casts[i].casts[j / 64] |= 1ull << (j % 64);
+            return;
+        }
+    }
+}
+
+static bool h3_wc_is_cast(const struct h3_sig *sig, uint32_t j)
+{
+    for (unsigned i = 0; i < H3_WC_SIGS && j < 512; i++)
+        if (h3_wc_casts[i].sig == sig)
+            return (h3_wc_casts[i].casts[j / 64] >> (j % 64)) & 1;
+    return false;
+}
+
+/* ---- planning ---- */
+
+static int h3_wc_slot_of(const struct h3_sig_call *c, uint16_t param, uint16_t offset)
+{
+    for (uint32_t i = 0; i < c->nslots; i++)
+        if (c->slots[i].param == param && c->slots[i].offset == offset)
+            return (int)i;
+    return -1;
+}
+
+/* Whether call `j` is a vectorized float16_copy launch (N, closure, data =
+ * {out, in}) whose output is slot `s` at (2, 0).  Its input, the FP32
+ * source, is often no slot at all (parameters are far from the activations
+ * the recorder finds pointers near); the op reads it from the launch. */
+static bool h3_wc_cast_ok(const struct h3_sig *sig, uint32_t j, uint32_t s)
+{
+    const struct h3_sig_call *c = &sig->calls[j];
+    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "float16_copy_kernel_cuda") != NULL &&
+           strstr(c->kernel, "St5arrayIPcLm2EE") != NULL && c->nparams == 3 && c->param_sizes[0] == 4 &&
+           c->param_sizes[1] == 1 && c->param_sizes[2] == 16 && (int)s == h3_wc_slot_of(c, 2, 0);
+}
+
+/* Whether slot (j, s) is read by no call of the signature but the GEMM `k`. */
+static bool h3_wc_only_gemm_reads(const struct h3_sig *sig, uint32_t j, uint32_t s, uint32_t k)
+{
+    for (uint32_t c = j + 1; c < sig->ncalls; c++)
+        for (uint32_t i = 0; i < sig->calls[c].nslots; i++) {
+            const struct h3_sig_slot *x = &sig->calls[c].slots[i];
+            if (x->ref == H3_REF_SLOT && x->ref_call == j && x->ref_slot == s && c != k)
+                return false;
+        }
+    return true;
+}
+
+static unsigned h3_wc_plan(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
+                           unsigned max)
+{
+    uint32_t k = last + 1;
+    if (max == 0 || k >= sig->ncalls || sig->calls[k].kind != H3_SIG_MATMUL)
+        return 0;
+    const struct h3_sig_call *m = &sig->calls[k];
+    int a = h3_wc_slot_of(m, 0, 0), bias = h3_wc_slot_of(m, 4, 0);
+    if (a < 0 || bias < 0)
+        return 0;
+    const struct h3_sig_slot *sa = &m->slots[a], *sb = &m->slots[bias];
+    if (sa->ref != H3_REF_SLOT || sb->ref != H3_REF_SLOT || sa->delta != 0 || sb->delta != 0)
+        return 0;
+    uint32_t w = sa->ref_call, b = sb->ref_call;
+    if (w < first || w > last || b < first || b > last || w == b || !h3_wc_cast_ok(sig, w, sa->ref_slot) ||
+        !h3_wc_cast_ok(sig, b, sb->ref_slot) || !h3_wc_only_gemm_reads(sig, w, sa->ref_slot, k) ||
+        !h3_wc_only_gemm_reads(sig, b, sb->ref_slot, k))
+        return 0;
+    h3_wc_mark_cast(sig, w);
+    h3_wc_mark_cast(sig, b);
+    out[0] = (struct h3_op_range){
+        .op = &h3_op_weight_cache,
+        .first = w < b ? w : b,
+        .last = k,
+        .anchored = true,
+        .arg = {w, b},
+    };
+    return 1;
+}
+
+/* ---- the cache ---- */
+
+#define H3_DRIVER(name) ((__typeof__(&name))h3_resolve_sym(H3_LIB_CUDA, #name))
+
+static void h3_wc_bounds(void)
+{
+    uint64_t lo = UINT64_MAX, hi = 0;
+    unsigned live = 0;
+    for (unsigned i = 0; i < h3_wc.n; i++) {
+        if (!h3_wc.e[i].valid)
+            continue;
+        live++;
+        lo = h3_wc.e[i].src < lo ? h3_wc.e[i].src : lo;
+        hi = h3_wc.e[i].src + 4 * h3_wc.e[i].n > hi ? h3_wc.e[i].src + 4 * h3_wc.e[i].n : hi;
+    }
+    h3_wc.lo = lo, h3_wc.hi = hi;
+    atomic_store(&h3_wc.live, live);
+}
+
+/* Drops (marks invalid, keeping the copy's memory for its refill) every
+ * entry whose source overlaps [lo, hi). */
+static void h3_wc_drop(uint64_t lo, uint64_t hi)
+{
+    if (atomic_load_explicit(&h3_wc.live, memory_order_relaxed) == 0)
+        return;
+    pthread_mutex_lock(&h3_wc.lock);
+    bool any = false;
+    for (unsigned i = 0; i < h3_wc.n; i++) {
+        struct h3_wc_entry *e = &h3_wc.e[i];
+        if (e->valid && e->src < hi && lo < e->src + 4 * e->n) {
+            e->valid = false;
+            any = true;
+            atomic_fetch_add_explicit(&h3_wc.drops, 1, memory_order_relaxed);
+        }
+    }
+    if (any)
+        h3_wc_bounds();
+    pthread_mutex_unlock(&h3_wc.lock);
+}
+
+void h3_wcache_observe(const struct h3_call *c)
+{
+    if (atomic_load_explicit(&h3_wc.live, memory_order_relaxed) == 0)
+        return;
+    const struct h3_hook_info *hk = &h3_hooks[c->fn];
+    if (hk->kind == H3_KIND_SYNC) {
+        const char *name = hk->name;
+        if (strstr(name, "GraphLaunch") != NULL || strstr(name, "LaunchHostFunc") != NULL ||
+            strstr(name, "BatchMemOp") != NULL || strstr(name, "Cooperative") != NULL) {
+            h3_wc_drop(0, UINT64_MAX);
+        } else if (c->u.sync.dst != NULL) {
+            uint64_t dst = (uint64_t)(uintptr_t)c->u.sync.dst, bytes = c->u.sync.bytes;
+            if (bytes == 0) { /* a free: the whole allocation */
+                __typeof__(&cuMemGetAddressRange_v2) range = H3_DRIVER(cuMemGetAddressRange_v2);
+                CUdeviceptr base;
+                size_t size;
+                if (range != NULL && range(&base, &size, (CUdeviceptr)dst) == CUDA_SUCCESS)
+                    dst = base, bytes = size;
+                else
+                    dst = 0, bytes = UINT64_MAX;
+            }
+            h3_wc_drop(dst, bytes > UINT64_MAX - dst ? UINT64_MAX : dst + bytes);
+        }
+        return;
+    }
+    if (hk->kind == H3_KIND_LAUNCH) {
+        if (c->match_sig != NULL && h3_wc_is_cast(c->match_sig, c->match_call))
+            return; /* a cast the op replaces: it reads the source */
+        for (uint32_t p = 0; c->args != NULL && c->param_sizes != NULL && p < c->nparams; p++)
+            for (uint32_t off = 0; off + 8 <= c->param_sizes[p]; off += 8) {
+                uint64_t v;
+                memcpy(&v, (const char *)c->args[p] + off, 8);
+                if (v >= h3_wc.lo && v < h3_wc.hi)
+                    h3_wc_drop(v, v + 1);
+            }
+        return;
+    }
+    const void *outs[H3_CUDNN_MAX_TENSORS];
+    unsigned n = 0;
+    if (c->fn == H3_FN_cublasLtMatmul) {
+        outs[n++] = c->u.lt.C, outs[n++] = c->u.lt.D;
+    } else if (c->fn == H3_FN_cudnnBackendExecute) {
+        for (int64_t i = 0; i < c->u.dnn.count && i < H3_CUDNN_MAX_TENSORS; i++)
+            outs[n++] = c->u.dnn.ptrs[i];
+    } else if (hk->kind == H3_KIND_LIBCALL) {
+        outs[n++] = c->u.gemm.C;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t v = (uint64_t)(uintptr_t)outs[i];
+        if (v >= h3_wc.lo && v < h3_wc.hi)
+            h3_wc_drop(v, v + 1);
+    }
+}
+
+/* The entry for (src, n, stream), added if new; NULL with *why when it cannot be. Locked. */
+static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *stream, const char **why)
+{
+    for (unsigned i = 0; i < h3_wc.n; i++)
+        if (h3_wc.e[i].src == src && h3_wc.e[i].n == n && h3_wc.e[i].stream == stream)
+            return &h3_wc.e[i];
+    size_t bytes = 2 * n;
+    if (h3_wc.n == H3_WC_MAX || h3_wc.bytes + bytes > (size_t)h3_config.weight_cache_max_mb << 20) {
+        *why = "cache_full";
+        return NULL;
+    }
+    __typeof__(&cuMemAlloc_v2) alloc = H3_DRIVER(cuMemAlloc_v2);
+    CUdeviceptr dst = 0;
+    if (alloc == NULL || alloc(&dst, bytes) != CUDA_SUCCESS) {
+        *why = "no_memory";
+        return NULL;
+    }
+    h3_wc.bytes += bytes;
+    h3_wc.e[h3_wc.n] = (struct h3_wc_entry){src, n, stream, dst, false};
+    return &h3_wc.e[h3_wc.n++];
+}
+
+/* ---- running ---- */
+
+static bool h3_wc_capturing(const void *stream)
+{
+    __typeof__(&cuStreamIsCapturing) is_capturing = H3_DRIVER(cuStreamIsCapturing);
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return is_capturing == NULL || is_capturing((CUstream)(uintptr_t)stream, &status) != CUDA_SUCCESS ||
+           status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* Issues cast `d` with its output moved to `dst`. */
+static void h3_wc_fill(const struct h3_deferred *d, CUdeviceptr dst)
+{
+    unsigned char data[16];
+    memcpy(data, d->argv[2], sizeof(data));
+    uint64_t out = (uint64_t)dst;
+    memcpy(data, &out, 8);
+    void *argv[3] = {d->argv[0], d->argv[1], data};
+    struct h3_deferred patched = *d;
+    patched.argv = argv;
+    h3_engine_issue(&patched, 1);
+}
+
+static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
+{
+    if (anchor == NULL || anchor->fn != H3_FN_cublasLtMatmul || anchor->u.lt.desc == NULL)
+        return "no_anchor";
+    uint32_t len = r->last - r->first, w = (uint32_t)r->arg[0] - r->first, b = (uint32_t)r->arg[1] - r->first;
+    const void *stream = calls[w].stream;
+    if (anchor->stream != stream || calls[b].stream != stream)
+        return "streams_differ";
+    if (h3_wc_capturing(stream))
+        return "capturing";
+    __typeof__(&cublasLtMatmul) matmul = h3_real_fn(H3_FN_cublasLtMatmul);
+    __typeof__(&cublasLtMatmulDescSetAttribute) set =
+        (__typeof__(&cublasLtMatmulDescSetAttribute))h3_resolve_sym(H3_LIB_CUBLASLT, "cublasLtMatmulDescSetAttribute");
+    if (matmul == NULL || set == NULL)
+        return "no_cublaslt";
+    uint64_t src_w, src_b;
+    int32_t n_w, n_b;
+    memcpy(&src_w, (const char *)calls[w].argv[2] + 8, 8);
+    memcpy(&src_b, (const char *)calls[b].argv[2] + 8, 8);
+    memcpy(&n_w, calls[w].argv[0], 4);
+    memcpy(&n_b, calls[b].argv[0], 4);
+    if (n_w <= 0 || n_b <= 0)
+        return "empty";
+    const char *why = NULL;
+    /* Held while the range is issued: a thread that finds a copy valid finds
+     * its refill already issued (threads may share a stream). */
+    pthread_mutex_lock(&h3_wc.lock);
+    struct h3_wc_entry *ew = h3_wc_entry(src_w, (uint64_t)n_w, stream, &why);
+    struct h3_wc_entry *eb = ew != NULL ? h3_wc_entry(src_b, (uint64_t)n_b, stream, &why) : NULL;
+    if (eb == NULL) {
+        pthread_mutex_unlock(&h3_wc.lock);
+        return why;
+    }
+    /* From here nothing can fall back: issue the range with the two casts
+     * either refilling the cache or left out, then make the GEMM. */
+    for (uint32_t i = 0; i < len; i++) {
+        if (i == w || i == b) {
+            struct h3_wc_entry *e = i == w ? ew : eb;
+            if (!e->valid)
+                h3_wc_fill(&calls[i], e->dst);
+            atomic_fetch_add_explicit(e->valid ? &h3_wc.hits : &h3_wc.fills, 1, memory_order_relaxed);
+            e->valid = true;
+        } else {
+            h3_engine_issue(&calls[i], 1);
+        }
+    }
+    h3_wc_bounds();
+    CUdeviceptr dst_w = ew->dst, dst_b = eb->dst;
+    pthread_mutex_unlock(&h3_wc.lock);
+    const struct h3_lt_desc *lt = &anchor->u.lt;
+    const void *bias = (const void *)(uintptr_t)dst_b, *orig = lt->bias;
+    cublasStatus_t st = set(lt->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        h3_depth++;
+        st = matmul(lt->handle, lt->desc, lt->alpha, (const void *)(uintptr_t)dst_w, lt->Adesc, lt->B, lt->Bdesc,
+                    lt->beta, lt->C, lt->Cdesc, (void *)(uintptr_t)lt->D, lt->Ddesc, lt->algo,
+                    (void *)(uintptr_t)lt->workspace_ptr, lt->workspace, (cudaStream_t)(uintptr_t)stream);
+        h3_depth--;
+        set(lt->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &orig, sizeof(orig));
+    } else {
+        /* The descriptor would not take the bias: make the call as it was, with
+         * the casts it reads issued after all. */
+        h3_engine_issue(&calls[w], 1);
+        h3_engine_issue(&calls[b], 1);
+        h3_depth++;
+        st = matmul(lt->handle, lt->desc, lt->alpha, lt->A, lt->Adesc, lt->B, lt->Bdesc, lt->beta, lt->C, lt->Cdesc,
+                    (void *)(uintptr_t)lt->D, lt->Ddesc, lt->algo, (void *)(uintptr_t)lt->workspace_ptr,
+                    lt->workspace, (cudaStream_t)(uintptr_t)stream);
+        h3_depth--;
+    }
+    anchor->result = st;
+    return NULL;
+}
+
+void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
+{
+    pthread_mutex_lock(&h3_wc.lock);
+    unsigned n = h3_wc.n;
+    size_t bytes = h3_wc.bytes;
+    pthread_mutex_unlock(&h3_wc.lock);
+    line("weight_cache: %u copies, %.1f MiB of GPU memory; %lu hits, %lu fills, %lu drops", n,
+         (double)bytes / (1 << 20), atomic_load(&h3_wc.hits), atomic_load(&h3_wc.fills),
+         atomic_load(&h3_wc.drops));
+}
+
+const struct h3_op h3_op_weight_cache = {
+    .name = "weight_cache",
+    .switch_name = "H3SHIM_OP_WEIGHT_CACHE",
+    .validated_sms = h3_wc_validated,
+    .nvalidated = 0,
+    .plan = h3_wc_plan,
+    .run = h3_wc_run,
+};
