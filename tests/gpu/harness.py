@@ -7,7 +7,7 @@ process's environment from its start:
   A      no shim
   B      shim, H3SHIM_OPS=none
   C      shim with H3SHIM_TRACE (H3SHIM_OPS left at the shim's default)
-  op:X   shim, H3SHIM_OPS=X for each X in $H3SHIM_OP_LIST (space separated; default: swiglu)
+  op:X   shim, H3SHIM_OPS=X for each X in $H3SHIM_OP_LIST (space separated; default: swiglu weight_cache)
   all    shim, H3SHIM_OPS=all
 
 Steps: versions; the tiling arithmetic; the checkpoint loader; correctness
@@ -70,7 +70,7 @@ class Harness:
         self.start = time.time()
         self.work = args.work
         self.shim = args.shim if os.path.isfile(args.shim) else None
-        self.ops = os.environ.get("H3SHIM_OP_LIST", "swiglu").split()
+        self.ops = os.environ.get("H3SHIM_OP_LIST", "swiglu weight_cache").split()
         self.evidence = {"mode": args.mode, "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                          "config": self.cfg, "op_list": self.ops, "checks": {}, "arms": {}}
         for sub in ("logs", "out", "traces"):

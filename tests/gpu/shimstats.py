@@ -27,6 +27,9 @@ def parse(stats):
         out["ops"][m.group(1)] = (int(m.group(2)), int(m.group(3)))
     for m in re.finditer(r"op (\S+)\s+fallback (\S+)\s+(\d+)", stats or ""):
         out["fallbacks"].setdefault(m.group(1), {})[m.group(2)] = int(m.group(3))
+    out["plan"] = {}
+    for m in re.finditer(r"plan \S+: op (\S+) takes calls", stats or ""):
+        out["plan"][m.group(1)] = out["plan"].get(m.group(1), 0) + 1
     if "replay" in out["ops"]:
         out.update(op_runs=out["ops"]["replay"][0], op_calls=out["ops"]["replay"][1])
     for m in re.finditer(r"flush (\S+)\s+(\d+) groups issued untouched \((\d+) calls\)", stats or ""):
@@ -52,14 +55,16 @@ def replay_verdict(stats, blocks):
 
 def ops_verdict(stats, blocks, ops):
     """(ok, text) for a run with fused ops on that made `blocks` block calls: every block recognised,
-    each op in `ops` run once per block, no fallback, nothing issued with an error."""
+    each op in `ops` run at every place its plan gives in every block, no fallback, nothing issued
+    with an error."""
     s = parse(stats)
     runs = {op: s["ops"].get(op, (0, 0))[0] for op in ops}
-    ok = (s.get("complete") == blocks and all(r == blocks for r in runs.values()) and not s["fallbacks"]
+    want = {op: s["plan"].get(op, 0) * blocks for op in ops}
+    ok = (s.get("complete") == blocks and all(runs[op] == want[op] > 0 for op in ops) and not s["fallbacks"]
           and s.get("issue_errors") == 0)
     text = (f"{s.get('complete')} of {blocks} block calls recognised ({s.get('broken')} broken attempts"
             f"{', first break: ' + s['first_break'] if s.get('first_break') else ''}); "
-            + ", ".join(f"{op} ran {r} of {blocks}" for op, r in runs.items())
+            + ", ".join(f"{op} ran {runs[op]} of {want[op]}" for op in ops)
             + f"; fallbacks {s['fallbacks'] or 'none'}; flushes {s['flushes'] or 'none'}; "
               f"{s.get('issue_errors')} issue errors")
     return ok, text
