@@ -311,6 +311,14 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
         pthread_mutex_unlock(&h3_wc.lock);
         return why;
     }
+    /* The GEMM's bias is a descriptor attribute: moved now (it takes effect
+     * at the call), so that a descriptor refusing it falls back untouched. */
+    const struct h3_lt_desc *lt = &anchor->u.lt;
+    const void *bias = (const void *)(uintptr_t)eb->dst, *orig = lt->bias;
+    if (set(lt->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS) {
+        pthread_mutex_unlock(&h3_wc.lock);
+        return "bias_attr";
+    }
     /* From here nothing can fall back: issue the range with the two casts
      * either refilling the cache or left out, then make the GEMM. */
     for (uint32_t i = 0; i < len; i++) {
@@ -325,29 +333,14 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
         }
     }
     h3_wc_bounds();
-    CUdeviceptr dst_w = ew->dst, dst_b = eb->dst;
+    CUdeviceptr dst_w = ew->dst;
     pthread_mutex_unlock(&h3_wc.lock);
-    const struct h3_lt_desc *lt = &anchor->u.lt;
-    const void *bias = (const void *)(uintptr_t)dst_b, *orig = lt->bias;
-    cublasStatus_t st = set(lt->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        h3_depth++;
-        st = matmul(lt->handle, lt->desc, lt->alpha, (const void *)(uintptr_t)dst_w, lt->Adesc, lt->B, lt->Bdesc,
-                    lt->beta, lt->C, lt->Cdesc, (void *)(uintptr_t)lt->D, lt->Ddesc, lt->algo,
-                    (void *)(uintptr_t)lt->workspace_ptr, lt->workspace, (cudaStream_t)(uintptr_t)stream);
-        h3_depth--;
-        set(lt->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &orig, sizeof(orig));
-    } else {
-        /* The descriptor would not take the bias: make the call as it was, with
-         * the casts it reads issued after all. */
-        h3_engine_issue(&calls[w], 1);
-        h3_engine_issue(&calls[b], 1);
-        h3_depth++;
-        st = matmul(lt->handle, lt->desc, lt->alpha, lt->A, lt->Adesc, lt->B, lt->Bdesc, lt->beta, lt->C, lt->Cdesc,
-                    (void *)(uintptr_t)lt->D, lt->Ddesc, lt->algo, (void *)(uintptr_t)lt->workspace_ptr,
-                    lt->workspace, (cudaStream_t)(uintptr_t)stream);
-        h3_depth--;
-    }
+    h3_depth++;
+    cublasStatus_t st = matmul(lt->handle, lt->desc, lt->alpha, (const void *)(uintptr_t)dst_w, lt->Adesc, lt->B,
+                               lt->Bdesc, lt->beta, lt->C, lt->Cdesc, (void *)(uintptr_t)lt->D, lt->Ddesc, lt->algo,
+                               (void *)(uintptr_t)lt->workspace_ptr, lt->workspace, (cudaStream_t)(uintptr_t)stream);
+    h3_depth--;
+    set(lt->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &orig, sizeof(orig));
     anchor->result = st;
     return NULL;
 }
