@@ -518,6 +518,11 @@ size_t h3_kernels_image_size(void);
 CUfunction h3_kernels_function(const char *name, const void *stream, const char **why);
 /* The current device's compute capability as major*10+minor, -1 unknown. */
 int h3_kernels_sm(void);
+/* Whether `stream` is being captured into a CUDA graph (unknown counts as
+ * captured). */
+bool h3_stream_capturing(const void *stream);
+/* A driver function the shim calls itself (not an interposed one), or NULL. */
+#define H3_DRIVER(name) ((__typeof__(&name))h3_resolve_sym(H3_LIB_CUDA, #name))
 
 /* ---- cudnn.c ---- */
 

@@ -45,9 +45,6 @@ size_t h3_kernels_image_size(void)
     return (size_t)(_binary_kernels_fatbin_end - _binary_kernels_fatbin_start);
 }
 
-/* A driver function the shim calls itself (not an interposed one). */
-#define H3_DRIVER(name) ((__typeof__(&name))h3_resolve_sym(H3_LIB_CUDA, #name))
-
 /* The module of context `ctx`, loading it once (a failure is remembered
  * too); NULL with *why set.  Locked. */
 static CUmodule h3_module_of(CUcontext ctx, const char **why)
@@ -93,8 +90,7 @@ static CUmodule h3_module_of(CUcontext ctx, const char **why)
     return mod;
 }
 
-/* Whether `stream` is being captured (unknown counts as captured). */
-static bool h3_stream_capturing(const void *stream)
+bool h3_stream_capturing(const void *stream)
 {
     __typeof__(&cuStreamIsCapturing) is_capturing = H3_DRIVER(cuStreamIsCapturing);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

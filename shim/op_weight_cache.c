@@ -141,8 +141,6 @@ static unsigned h3_wc_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
 
 /* ---- the cache ---- */
 
-#define H3_DRIVER(name) ((__typeof__(&name))h3_resolve_sym(H3_LIB_CUDA, #name))
-
 static void h3_wc_bounds(void)
 {
     uint64_t lo = UINT64_MAX, hi = 0;
@@ -257,14 +255,6 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
 
 /* ---- running ---- */
 
-static bool h3_wc_capturing(const void *stream)
-{
-    __typeof__(&cuStreamIsCapturing) is_capturing = H3_DRIVER(cuStreamIsCapturing);
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    return is_capturing == NULL || is_capturing((CUstream)(uintptr_t)stream, &status) != CUDA_SUCCESS ||
-           status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 /* Issues cast `d` with its output moved to `dst`. */
 static void h3_wc_fill(const struct h3_deferred *d, CUdeviceptr dst)
 {
@@ -286,7 +276,7 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     const void *stream = calls[w].stream;
     if (anchor->stream != stream || calls[b].stream != stream)
         return "streams_differ";
-    if (h3_wc_capturing(stream))
+    if (h3_stream_capturing(stream))
         return "capturing";
     __typeof__(&cublasLtMatmul) matmul = h3_real_fn(H3_FN_cublasLtMatmul);
     __typeof__(&cublasLtMatmulDescSetAttribute) set =
