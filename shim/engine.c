@@ -379,7 +379,7 @@ static bool h3_group_run(struct h3_queue *q, struct h3_call *c, struct h3_call *
         const struct h3_op_range *range = r >= 0 ? &g->ranges[r] : NULL;
         uint32_t len = range != NULL ? range->last - range->first + 1 - (range->anchored ? 1u : 0u) : 1;
         if (range != NULL && range->anchored && anchor == NULL)
-            range = NULL; /* cannot happen: an anchored group waits for its call */
+            range = NULL; /* its op cannot run here: the group did not wait for the call */
         if (range != NULL && i + len <= q->n && h3_op_check(range->op) == NULL) {
             const char *why = h3_op_run(range, &q->calls[i], range->anchored ? anchor : NULL);
             if (why == NULL && range->anchored)
@@ -469,7 +469,8 @@ bool h3_engine_before(struct h3_call *c)
     q->next = j + 1;
     c->decision = "deferred";
     if ((uint32_t)g->last[j] == j) {
-        if (h3_group_anchor(g, j) != NULL)
+        const struct h3_op_range *anchored = h3_group_anchor(g, j);
+        if (anchored != NULL && h3_op_check(anchored->op) == NULL)
             q->awaiting = true; /* held until the library call comes, or anything else */
         else
             h3_group_run(q, c, NULL);
