@@ -769,6 +769,25 @@ START_TEST(weight_cache_falls_back_exactly)
     expect_wc_fallback(capturing, "capturing");
     static const char *const full[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_WEIGHT_CACHE_MAX_MB=0", NULL};
     expect_wc_fallback(full, "cache_full");
+    static const char *const sm[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FAKE_SM=80", NULL};
+    expect_wc_fallback(sm, "sm_not_allowed");
+}
+END_TEST
+
+START_TEST(swiglu_and_weight_cache_share_a_group)
+{
+    /* Calls 35-38 are one group: swiglu takes 35-36, weight_cache 37-38 and
+     * the GEMM after them. */
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=swiglu,weight_cache", NULL};
+    char *stats;
+    char *log = replay_with("both", env, &stats);
+    ck_assert_msg(strstr(stats, "op swiglu       9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (126 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "48 hits, 24 fills, 0 drops") != NULL, "%s", tail_of(stats));
+    ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), T_INSTANCES);
+    free(stats);
+    free(log);
 }
 END_TEST
 
@@ -806,6 +825,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_casts_each_weight_once);
     tcase_add_test(ops, weight_cache_drops_a_copy_whose_source_is_written);
     tcase_add_test(ops, weight_cache_falls_back_exactly);
+    tcase_add_test(ops, swiglu_and_weight_cache_share_a_group);
     tcase_add_test(ops, switches_choose_the_ops);
     suite_add_tcase(s, ops);
     return s;
