@@ -104,12 +104,12 @@ static void h3_groups_plan(struct h3_groups *g)
     }
 }
 
-/* Whether some op that can run on this device takes a range in the group
- * starting at call `first`.  An op that cannot is counted as a fallback here,
- * and the group is not held back for it. */
-static bool h3_group_wanted(const struct h3_groups *g, uint32_t first)
+/* The ranges (a bit per index in g->ranges) of the group starting at call
+ * `first` whose op can run on this device; 0: the group is not held back.
+ * An op that cannot run is counted as a fallback here, once per group. */
+static uint64_t h3_group_allowed(const struct h3_groups *g, uint32_t first)
 {
-    bool wanted = false;
+    uint64_t allowed = 0;
     for (uint32_t c = first; c <= (uint32_t)g->last[first]; c++) {
         if (g->range_at[c] < 0)
             continue;
@@ -118,9 +118,9 @@ static bool h3_group_wanted(const struct h3_groups *g, uint32_t first)
         if (why != NULL)
             h3_op_fallback(op, why);
         else
-            wanted = true;
+            allowed |= 1ull << g->range_at[c];
     }
-    return wanted;
+    return allowed;
 }
 
 static void h3_groups_build(void)
@@ -179,13 +179,13 @@ static atomic_ulong h3_deferred_calls, h3_issue_errors;
 /* ---- the per-thread queue ---- */
 
 struct h3_queue {
-    const struct h3_sig *sig;
     const struct h3_groups *groups;
     const void *stream;
     uint32_t next; /* the signature call expected next */
     uint32_t n;
     size_t used;
     bool awaiting; /* the group is complete; an op waits for the library call after it */
+    uint64_t allowed; /* the group's ranges whose op can run here (h3_group_allowed) */
     struct h3_deferred *calls;
     unsigned char *arena;
 };
@@ -260,8 +260,9 @@ static void h3_queue_clear(struct h3_queue *q)
 {
     q->n = 0;
     q->used = 0;
-    q->sig = NULL;
+    q->groups = NULL;
     q->awaiting = false;
+    q->allowed = 0;
 }
 
 /* Issues every queued call untouched, in order, and empties the queue. */
@@ -380,7 +381,7 @@ static bool h3_group_run(struct h3_queue *q, struct h3_call *c, struct h3_call *
         uint32_t len = range != NULL ? range->last - range->first + 1 - (range->anchored ? 1u : 0u) : 1;
         if (range != NULL && range->anchored && anchor == NULL)
             range = NULL; /* its op cannot run here: the group did not wait for the call */
-        if (range != NULL && i + len <= q->n && h3_op_check(range->op) == NULL) {
+        if (range != NULL && i + len <= q->n && ((q->allowed >> r) & 1)) {
             const char *why = h3_op_run(range, &q->calls[i], range->anchored ? anchor : NULL);
             if (why == NULL && range->anchored)
                 anchor_done = true;
@@ -441,7 +442,7 @@ bool h3_engine_before(struct h3_call *c)
     uint32_t j = c->match_call;
     bool grouped = g != NULL && g->first[j] >= 0;
     if (q != NULL && q->n > 0) {
-        bool continues = q->sig == c->match_sig && q->next == j && q->stream == c->stream;
+        bool continues = q->groups->sig == c->match_sig && q->next == j && q->stream == c->stream;
         if (continues && q->awaiting) /* the library call an op waited for */
             return h3_group_run(q, c, c);
         if (!continues)
@@ -454,7 +455,8 @@ bool h3_engine_before(struct h3_call *c)
     bool starts = (uint32_t)g->first[j] == j;
     if (!starts && (q == NULL || q->n == 0))
         return false; /* the group's first calls were issued already */
-    if ((starts && !h3_group_wanted(g, j)) || !h3_call_deferrable(c))
+    uint64_t allowed = starts ? h3_group_allowed(g, j) : 0;
+    if ((starts && allowed == 0) || !h3_call_deferrable(c))
         return false;
     if (q == NULL && (q = h3_queue_get()) == NULL)
         return false;
@@ -463,14 +465,15 @@ bool h3_engine_before(struct h3_call *c)
         return false;
     }
     atomic_fetch_add_explicit(&h3_deferred_calls, 1, memory_order_relaxed);
-    q->sig = c->match_sig;
     q->groups = g;
     q->stream = c->stream;
     q->next = j + 1;
+    if (starts)
+        q->allowed = allowed;
     c->decision = "deferred";
     if ((uint32_t)g->last[j] == j) {
         const struct h3_op_range *anchored = h3_group_anchor(g, j);
-        if (anchored != NULL && h3_op_check(anchored->op) == NULL)
+        if (anchored != NULL && ((q->allowed >> (anchored - g->ranges)) & 1))
             q->awaiting = true; /* held until the library call comes, or anything else */
         else
             h3_group_run(q, c, NULL);

@@ -181,6 +181,17 @@ extern _Atomic(void *) h3_real[H3_FN_COUNT];
 void *h3_resolve_fn(enum h3_fn fn);
 /* Finds `name` in the loaded copy of `lib` (not a hooked symbol). */
 void *h3_resolve_sym(enum h3_lib lib, const char *name);
+/* The same, remembered in *slot once found (a library not loaded yet is
+ * looked for again at the next call). */
+void *h3_resolve_cached(enum h3_lib lib, const char *name, _Atomic(void *) *slot);
+/* A function of a loaded library that the shim calls itself (not an
+ * interposed one), typed as the header declares it; NULL when absent.  Each
+ * use has its own cache. */
+#define H3_LIB_FN(lib, name)                                                                   \
+    __extension__({                                                                            \
+        static _Atomic(void *) h3_fn_slot_;                                                    \
+        (__typeof__(&name))h3_resolve_cached(H3_LIB_##lib, #name, &h3_fn_slot_);               \
+    })
 /* The dlopen(RTLD_NOLOAD) handle of the loaded copy of `lib`, or NULL. */
 void *h3_resolve_handle(enum h3_lib lib);
 /* The soname that `lib` was found under, or NULL. */
@@ -387,6 +398,8 @@ struct h3_sig {
  * message "PATH:LINE: problem" in err. */
 struct h3_sig *h3_sig_parse(const char *text, size_t len, const char *path, char *err, size_t errlen);
 void h3_sig_free(struct h3_sig *s);
+/* The index of call `c`'s slot at (param, offset), or -1. */
+int h3_sig_slot_at(const struct h3_sig_call *c, uint16_t param, uint16_t offset);
 /* Writes the signature in canonical form (what h3sig prints). */
 void h3_sig_print(FILE *f, const struct h3_sig *s);
 
@@ -467,7 +480,8 @@ struct h3_op_range {
 
 struct h3_op {
     const char *name;
-    const char *switch_name;   /* its H3SHIM_OP_<NAME> variable */
+    const char *switch_name;   /* its H3SHIM_OP_<NAME> variable ... */
+    const char *const *switch_value; /* ... and where h3_config holds its value (NULL: a BOOL) */
     bool test_only;            /* not part of H3SHIM_OPS=all */
     const int *validated_sms;  /* where it is validated: on by default there */
     unsigned nvalidated;
@@ -521,8 +535,7 @@ int h3_kernels_sm(void);
 /* Whether `stream` is being captured into a CUDA graph (unknown counts as
  * captured). */
 bool h3_stream_capturing(const void *stream);
-/* A driver function the shim calls itself (not an interposed one), or NULL. */
-#define H3_DRIVER(name) ((__typeof__(&name))h3_resolve_sym(H3_LIB_CUDA, #name))
+
 
 /* ---- cudnn.c ---- */
 

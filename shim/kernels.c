@@ -74,7 +74,7 @@ static CUmodule h3_module_of(CUcontext ctx, const char **why)
         memcpy(p, _binary_kernels_fatbin_start, size);
         h3_kernels.image = p;
     }
-    __typeof__(&cuModuleLoadData) load = H3_DRIVER(cuModuleLoadData);
+    __typeof__(&cuModuleLoadData) load = H3_LIB_FN(CUDA, cuModuleLoadData);
     CUmodule mod = NULL;
     CUresult r = load != NULL ? load(&mod, h3_kernels.image) : CUDA_ERROR_NOT_FOUND;
     if (r != CUDA_SUCCESS) {
@@ -92,7 +92,7 @@ static CUmodule h3_module_of(CUcontext ctx, const char **why)
 
 bool h3_stream_capturing(const void *stream)
 {
-    __typeof__(&cuStreamIsCapturing) is_capturing = H3_DRIVER(cuStreamIsCapturing);
+    __typeof__(&cuStreamIsCapturing) is_capturing = H3_LIB_FN(CUDA, cuStreamIsCapturing);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     if (is_capturing == NULL || is_capturing((CUstream)(uintptr_t)stream, &status) != CUDA_SUCCESS)
         return true;
@@ -101,7 +101,7 @@ bool h3_stream_capturing(const void *stream)
 
 CUfunction h3_kernels_function(const char *name, const void *stream, const char **why)
 {
-    __typeof__(&cuCtxGetCurrent) current = H3_DRIVER(cuCtxGetCurrent);
+    __typeof__(&cuCtxGetCurrent) current = H3_LIB_FN(CUDA, cuCtxGetCurrent);
     CUcontext ctx = NULL;
     if (current == NULL || current(&ctx) != CUDA_SUCCESS || ctx == NULL) {
         *why = "no_context";
@@ -116,7 +116,7 @@ CUfunction h3_kernels_function(const char *name, const void *stream, const char 
         *why = "capturing_first_use";
     } else if (fn == NULL) {
         CUmodule mod = h3_module_of(ctx, why);
-        __typeof__(&cuModuleGetFunction) get = H3_DRIVER(cuModuleGetFunction);
+        __typeof__(&cuModuleGetFunction) get = H3_LIB_FN(CUDA, cuModuleGetFunction);
         if (mod != NULL && (get == NULL || get(&fn, mod, name) != CUDA_SUCCESS)) {
             *why = "kernel_missing";
             fn = NULL;
@@ -131,8 +131,8 @@ CUfunction h3_kernels_function(const char *name, const void *stream, const char 
 int h3_kernels_sm(void)
 {
     static atomic_int sm[64]; /* per device ordinal: 0 unknown, -1 unreadable, else major*10+minor */
-    __typeof__(&cuCtxGetDevice) get_device = H3_DRIVER(cuCtxGetDevice);
-    __typeof__(&cuDeviceGetAttribute) attr = H3_DRIVER(cuDeviceGetAttribute);
+    __typeof__(&cuCtxGetDevice) get_device = H3_LIB_FN(CUDA, cuCtxGetDevice);
+    __typeof__(&cuDeviceGetAttribute) attr = H3_LIB_FN(CUDA, cuDeviceGetAttribute);
     CUdevice dev;
     if (get_device == NULL || attr == NULL || get_device(&dev) != CUDA_SUCCESS || dev < 0 || dev >= 64)
         return -1;

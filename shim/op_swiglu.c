@@ -58,15 +58,6 @@ static bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_
     return l->n == l->width * l->rows;
 }
 
-/* The slot of call `c` at (param, offset), or -1. */
-static int h3_slot_at(const struct h3_sig_call *c, uint16_t param, uint16_t offset)
-{
-    for (uint32_t i = 0; i < c->nslots; i++)
-        if (c->slots[i].param == param && c->slots[i].offset == offset)
-            return (int)i;
-    return -1;
-}
-
 static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
                                unsigned max)
 {
@@ -86,8 +77,8 @@ static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_
             continue;
         /* The data pointers right after the OffsetCalculator: silu (out, in), mul (out, a, b). */
         const uint16_t data_s = (4 + 25 * 12 + 25 * 2 * 4 + 7) & ~7, data_m = (4 + 25 * 12 + 25 * 3 * 4 + 7) & ~7;
-        int so = h3_slot_at(s, 1, data_s), si = h3_slot_at(s, 1, data_s + 8);
-        int mo = h3_slot_at(m, 1, data_m), ma = h3_slot_at(m, 1, data_m + 8), mb = h3_slot_at(m, 1, data_m + 16);
+        int so = h3_sig_slot_at(s, 1, data_s), si = h3_sig_slot_at(s, 1, data_s + 8);
+        int mo = h3_sig_slot_at(m, 1, data_m), ma = h3_sig_slot_at(m, 1, data_m + 8), mb = h3_sig_slot_at(m, 1, data_m + 16);
         if (so < 0 || si < 0 || mo < 0 || ma < 0 || mb < 0)
             continue;
         const struct h3_sig_slot *a = &m->slots[ma], *b = &m->slots[mb];
@@ -141,6 +132,7 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
 const struct h3_op h3_op_swiglu = {
     .name = "swiglu",
     .switch_name = "H3SHIM_OP_SWIGLU",
+    .switch_value = &h3_config.op_swiglu,
     .validated_sms = h3_swiglu_validated,
     .nvalidated = H3_ARRAY_LEN(h3_swiglu_validated),
     .plan = h3_swiglu_plan,

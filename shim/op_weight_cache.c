@@ -77,14 +77,6 @@ static bool h3_wc_is_cast(const struct h3_sig *sig, uint32_t j)
 
 /* ---- planning ---- */
 
-static int h3_wc_slot_of(const struct h3_sig_call *c, uint16_t param, uint16_t offset)
-{
-    for (uint32_t i = 0; i < c->nslots; i++)
-        if (c->slots[i].param == param && c->slots[i].offset == offset)
-            return (int)i;
-    return -1;
-}
-
 /* Whether call `j` is a vectorized float16_copy launch (N, closure, data =
  * {out, in}) whose output is slot `s` at (2, 0).  Its input, the FP32
  * source, is often no slot at all (parameters are far from the activations
@@ -94,7 +86,7 @@ static bool h3_wc_cast_ok(const struct h3_sig *sig, uint32_t j, uint32_t s)
     const struct h3_sig_call *c = &sig->calls[j];
     return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "float16_copy_kernel_cuda") != NULL &&
            strstr(c->kernel, "St5arrayIPcLm2EE") != NULL && c->nparams == 3 && c->param_sizes[0] == 4 &&
-           c->param_sizes[1] == 1 && c->param_sizes[2] == 16 && (int)s == h3_wc_slot_of(c, 2, 0);
+           c->param_sizes[1] == 1 && c->param_sizes[2] == 16 && (int)s == h3_sig_slot_at(c, 2, 0);
 }
 
 /* Whether slot (j, s) is read by no call of the signature but the GEMM `k`. */
@@ -116,7 +108,7 @@ static unsigned h3_wc_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
     if (max == 0 || k >= sig->ncalls || sig->calls[k].kind != H3_SIG_MATMUL)
         return 0;
     const struct h3_sig_call *m = &sig->calls[k];
-    int a = h3_wc_slot_of(m, 0, 0), bias = h3_wc_slot_of(m, 4, 0);
+    int a = h3_sig_slot_at(m, 0, 0), bias = h3_sig_slot_at(m, 4, 0);
     if (a < 0 || bias < 0)
         return 0;
     const struct h3_sig_slot *sa = &m->slots[a], *sb = &m->slots[bias];
@@ -190,7 +182,7 @@ void h3_wcache_observe(const struct h3_call *c)
         } else if (c->u.sync.dst != NULL) {
             uint64_t dst = (uint64_t)(uintptr_t)c->u.sync.dst, bytes = c->u.sync.bytes;
             if (bytes == 0) { /* a free: the whole allocation */
-                __typeof__(&cuMemGetAddressRange_v2) range = H3_DRIVER(cuMemGetAddressRange_v2);
+                __typeof__(&cuMemGetAddressRange_v2) range = H3_LIB_FN(CUDA, cuMemGetAddressRange_v2);
                 CUdeviceptr base;
                 size_t size;
                 if (range != NULL && range(&base, &size, (CUdeviceptr)dst) == CUDA_SUCCESS)
@@ -242,7 +234,7 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
         *why = "cache_full";
         return NULL;
     }
-    __typeof__(&cuMemAlloc_v2) alloc = H3_DRIVER(cuMemAlloc_v2);
+    __typeof__(&cuMemAlloc_v2) alloc = H3_LIB_FN(CUDA, cuMemAlloc_v2);
     CUdeviceptr dst = 0;
     if (alloc == NULL || alloc(&dst, bytes) != CUDA_SUCCESS) {
         *why = "no_memory";
@@ -279,8 +271,7 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     if (h3_stream_capturing(stream))
         return "capturing";
     __typeof__(&cublasLtMatmul) matmul = h3_real_fn(H3_FN_cublasLtMatmul);
-    __typeof__(&cublasLtMatmulDescSetAttribute) set =
-        (__typeof__(&cublasLtMatmulDescSetAttribute))h3_resolve_sym(H3_LIB_CUBLASLT, "cublasLtMatmulDescSetAttribute");
+    __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
     if (matmul == NULL || set == NULL)
         return "no_cublaslt";
     uint64_t src_w, src_b;
@@ -349,6 +340,7 @@ void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
 const struct h3_op h3_op_weight_cache = {
     .name = "weight_cache",
     .switch_name = "H3SHIM_OP_WEIGHT_CACHE",
+    .switch_value = &h3_config.op_weight_cache,
     .validated_sms = h3_wc_validated,
     .nvalidated = 0,
     .plan = h3_wc_plan,

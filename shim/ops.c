@@ -98,11 +98,9 @@ static bool h3_list_has(const char *list, const char *name)
 /* The value of an op's own switch: 1, 0, or -1 when unset or bad. */
 static int h3_op_switch(const struct h3_op *op)
 {
-    const char *v = op == &h3_op_swiglu         ? h3_config.op_swiglu
-                    : op == &h3_op_weight_cache ? h3_config.op_weight_cache
-                                                : NULL;
     if (op == &h3_op_replay)
         return h3_config.op_replay ? 1 : -1;
+    const char *v = op->switch_value != NULL ? *op->switch_value : NULL;
     if (v == NULL || *v == '\0')
         return -1;
     if (strcmp(v, "1") == 0 || strcmp(v, "0") == 0)

@@ -28,12 +28,7 @@ static _Atomic(struct h3_kernel *) h3_kcache[H3_KCACHE_SLOTS];
     static type h3_get_##name(void)                                              \
     {                                                                            \
         static _Atomic(void *) p;                                                \
-        void *f = atomic_load_explicit(&p, memory_order_acquire);                \
-        if (f == NULL) {                                                         \
-            f = h3_resolve_sym(H3_LIB_##lib, #name);                             \
-            atomic_store_explicit(&p, f, memory_order_release);                  \
-        }                                                                        \
-        return (type)f;                                                          \
+        return (type)h3_resolve_cached(H3_LIB_##lib, #name, &p);                 \
     }
 H3_GETTER(CUDA, PFN_cuKernelGetName_v12030, cuKernelGetName)
 H3_GETTER(CUDA, PFN_cuFuncGetName_v12030, cuFuncGetName)

@@ -116,6 +116,16 @@ void *h3_resolve_sym(enum h3_lib lib, const char *name)
     return p;
 }
 
+void *h3_resolve_cached(enum h3_lib lib, const char *name, _Atomic(void *) *slot)
+{
+    void *f = atomic_load_explicit(slot, memory_order_acquire);
+    if (f == NULL) {
+        f = h3_resolve_sym(lib, name);
+        atomic_store_explicit(slot, f, memory_order_release);
+    }
+    return f;
+}
+
 void *h3_resolve_fn(enum h3_fn fn)
 {
     if ((unsigned)fn >= H3_FN_COUNT)

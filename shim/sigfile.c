@@ -690,3 +690,11 @@ void h3_sig_print(FILE *f, const struct h3_sig *s)
                 fprintf(f, "dead @%u.%u\n", i, j);
     fputs("end\n", f);
 }
+
+int h3_sig_slot_at(const struct h3_sig_call *c, uint16_t param, uint16_t offset)
+{
+    for (uint32_t i = 0; i < c->nslots; i++)
+        if (c->slots[i].param == param && c->slots[i].offset == offset)
+            return (int)i;
+    return -1;
+}
