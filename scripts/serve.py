@@ -126,6 +126,17 @@ def environment(torch, device):
     return env
 
 
+def gpu_memory(torch, device):
+    """GPU memory after the requests, in MiB: the device's used memory (what nvidia-smi shows, the CUDA
+    context and anything allocated outside PyTorch, such as the shim's weight copies, included) and
+    PyTorch's own peak reservation."""
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return {"device_used_mib": (total - free) / 2**20,
+            "torch_max_reserved_mib": torch.cuda.max_memory_reserved(device) / 2**20}
+
+
 def decode_requests(args, torch, h3_vae, device, model, plan):
     """Runs the warm-up and timed requests; returns (JSON doc, text lines)."""
     decoder = h3_vae.TiledDecoder(model, plan, device, cuda_graphs=args.cuda_graphs)
@@ -150,10 +161,11 @@ def decode_requests(args, torch, h3_vae, device, model, plan):
     if args.out:
         torch.save(video.cpu(), args.out)
     summary = summarise(times, plan)
+    memory = gpu_memory(torch, device)
     doc = {"mode": "decode", "plan": plan.summary(), "cuda_graphs": args.cuda_graphs, "warmup": args.warmup,
            "seed": args.seed, "same_latent": args.same_latent, "weights": args.weights or "synthetic",
            "environment": environment(torch, device), "requests": results, "summary": summary,
-           "out": args.out}
+           "gpu_memory": memory, "out": args.out}
     lines = plan_lines(plan) + [
         f"device {doc['environment'].get('gpu', device)}, {'CUDA graphs' if args.cuda_graphs else 'eager'}, "
         f"weights {doc['weights']}"]

@@ -240,7 +240,7 @@ static long long h3_issue(const struct h3_deferred *d)
 unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n)
 {
     unsigned failed = 0;
-    h3_depth++; /* the runtime launches through the driver: not a new call */
+    uint64_t t0 = h3_forward_begin(); /* the runtime launches through the driver: not a new call */
     for (uint32_t i = 0; i < n; i++) {
         long long r = h3_issue(&calls[i]);
         if (r != 0) {
@@ -252,7 +252,7 @@ unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n)
                          h3_hooks[calls[i].fn].name, r);
         }
     }
-    h3_depth--;
+    h3_forward_end(t0);
     return failed;
 }
 

@@ -86,6 +86,7 @@ struct h3_config {
     const char *op_swiglu;
     const char *op_weight_cache;
     long weight_cache_max_mb;
+    long weight_cache_min_free_pct;
     const char *sm_allow;
     long engine_max_calls;
     long engine_max_bytes;
@@ -218,6 +219,9 @@ struct h3_kernel {
     uint32_t nparams;
     uint32_t param_bytes;
     uint16_t *param_sizes;
+    /* Finds the memory it writes through device memory, not its parameters
+     * (NCCL's kernels): the weight cache cannot tell what it writes. */
+    bool writes_unseen;
     atomic_ulong calls;
 };
 
@@ -599,7 +603,31 @@ int h3_backtrace(void **frames, int max);
 void h3_stats_count(const struct h3_call *c);
 /* Adds one observed call's host time in the shim before forwarding (call
  * record, matcher, engine, and any op it ran). */
-void h3_stats_shim_time(uint64_t ns);
+/* One observed call: `own_ns` of the shim's own host time before it was
+ * forwarded, `forward_ns` spent in real calls the shim made meanwhile on the
+ * application's behalf (h3_forward_begin/end). */
+void h3_stats_shim_time(uint64_t own_ns, uint64_t forward_ns);
+
+/* Host time, during the current observed call of this thread, of the real
+ * calls the shim made for the application: held launches issued, ops'
+ * kernels and library calls.  That time replaces the application's own
+ * calls, so the stats keep it apart from the shim's overhead. */
+extern __attribute__((tls_model("initial-exec"))) _Thread_local uint64_t h3_forward_ns;
+
+/* Brackets a real call the shim makes for the application: nested (the
+ * wrappers forward it untouched) and timed when the stats are on. */
+static inline uint64_t h3_forward_begin(void)
+{
+    h3_depth++;
+    return h3_config.stats ? h3_now_ns() : 0;
+}
+
+static inline void h3_forward_end(uint64_t t0)
+{
+    if (t0 != 0)
+        h3_forward_ns += h3_now_ns() - t0;
+    h3_depth--;
+}
 /* Prints the table to stderr (called at exit when H3SHIM_STATS=1). */
 void h3_stats_print(void);
 void h3_stats_reset(void);

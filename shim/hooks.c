@@ -44,14 +44,16 @@ static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn)
     c->device = -1;
     if (h3_trace_on || h3_config.stats)
         c->t0_ns = h3_now_ns();
+    h3_forward_ns = 0;
 }
 
 /* The call is decided and about to be forwarded (or was handled): the
- * shim's own host time so far is counted in the stats. */
+ * shim's own host time so far, less the real calls it made for the
+ * application meanwhile, is counted in the stats. */
 static inline void h3_call_decided(struct h3_call *c)
 {
     if (h3_config.stats)
-        h3_stats_shim_time(h3_now_ns() - c->t0_ns);
+        h3_stats_shim_time(h3_now_ns() - c->t0_ns - h3_forward_ns, h3_forward_ns);
 }
 
 /* Whether configuration calls must be remembered: the shim is active and

@@ -17,6 +17,7 @@
 
 atomic_int h3_state;
 __attribute__((tls_model("initial-exec"))) _Thread_local int h3_depth;
+__attribute__((tls_model("initial-exec"))) _Thread_local uint64_t h3_forward_ns;
 bool h3_observe;
 
 static pthread_once_t h3_init_once = PTHREAD_ONCE_INIT;

@@ -123,9 +123,9 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     __typeof__(&cuLaunchKernel) launch = h3_real_fn(ptsz ? H3_FN_cuLaunchKernel_ptsz : H3_FN_cuLaunchKernel);
     if (launch == NULL)
         return "no_driver";
-    h3_depth++;
+    uint64_t t0 = h3_forward_begin();
     CUresult res = launch(fn, blocks, 1, 1, threads, 1, 1, 0, (CUstream)(uintptr_t)silu->stream, args, NULL);
-    h3_depth--;
+    h3_forward_end(t0);
     return res == CUDA_SUCCESS ? NULL : "launch_failed";
 }
 

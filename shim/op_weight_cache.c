@@ -26,7 +26,7 @@
 #include <pthread.h>
 #include <string.h>
 
-static const int h3_wc_validated[] = {0}; /* validated nowhere yet */
+static const int h3_wc_validated[] = {90}; /* tests/evidence/2026-11-29-nvidia-h200-weight-cache.md */
 
 #define H3_WC_MAX 4096
 
@@ -197,6 +197,10 @@ void h3_wcache_observe(const struct h3_call *c)
     if (hk->kind == H3_KIND_LAUNCH) {
         if (c->match_sig != NULL && h3_wc_is_cast(c->match_sig, c->match_call))
             return; /* a cast the op replaces: it reads the source */
+        if (c->kernel != NULL && c->kernel->writes_unseen) {
+            h3_wc_drop(0, UINT64_MAX); /* an NCCL collective may write any weight */
+            return;
+        }
         for (uint32_t p = 0; c->args != NULL && c->param_sizes != NULL && p < c->nparams; p++)
             for (uint32_t off = 0; off + 8 <= c->param_sizes[p]; off += 8) {
                 uint64_t v;
@@ -232,6 +236,13 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
     size_t bytes = 2 * n;
     if (h3_wc.n == H3_WC_MAX || h3_wc.bytes + bytes > (size_t)h3_config.weight_cache_max_mb << 20) {
         *why = "cache_full";
+        return NULL;
+    }
+    __typeof__(&cuMemGetInfo_v2) info = H3_LIB_FN(CUDA, cuMemGetInfo_v2);
+    size_t free_b = 0, total_b = 0;
+    if (info == NULL || info(&free_b, &total_b) != CUDA_SUCCESS || free_b < bytes ||
+        (double)(free_b - bytes) < (double)total_b * (double)h3_config.weight_cache_min_free_pct / 100.0) {
+        *why = "low_memory";
         return NULL;
     }
     __typeof__(&cuMemAlloc_v2) alloc = H3_LIB_FN(CUDA, cuMemAlloc_v2);
@@ -270,6 +281,8 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
         return "streams_differ";
     if (h3_stream_capturing(stream))
         return "capturing";
+    if (!h3_config.interpose_driver)
+        return "driver_not_interposed"; /* launches made through the driver would not be seen */
     __typeof__(&cublasLtMatmul) matmul = h3_real_fn(H3_FN_cublasLtMatmul);
     __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
     if (matmul == NULL || set == NULL)
@@ -316,11 +329,11 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     h3_wc_bounds();
     CUdeviceptr dst_w = ew->dst;
     pthread_mutex_unlock(&h3_wc.lock);
-    h3_depth++;
+    uint64_t t0 = h3_forward_begin();
     cublasStatus_t st = matmul(lt->handle, lt->desc, lt->alpha, (const void *)(uintptr_t)dst_w, lt->Adesc, lt->B,
                                lt->Bdesc, lt->beta, lt->C, lt->Cdesc, (void *)(uintptr_t)lt->D, lt->Ddesc, lt->algo,
                                (void *)(uintptr_t)lt->workspace_ptr, lt->workspace, (cudaStream_t)(uintptr_t)stream);
-    h3_depth--;
+    h3_forward_end(t0);
     set(lt->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &orig, sizeof(orig));
     anchor->result = st;
     return NULL;
@@ -342,7 +355,7 @@ const struct h3_op h3_op_weight_cache = {
     .switch_name = "H3SHIM_OP_WEIGHT_CACHE",
     .switch_value = &h3_config.op_weight_cache,
     .validated_sms = h3_wc_validated,
-    .nvalidated = 0,
+    .nvalidated = 1,
     .plan = h3_wc_plan,
     .run = h3_wc_run,
 };

@@ -84,6 +84,15 @@ FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
     return CUDA_SUCCESS;
 }
 
+/* 141 GiB of device memory, FAKE_MEM_FREE_MB of it free (default: all). */
+FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
+{
+    const char *f = getenv("FAKE_MEM_FREE_MB");
+    *total_b = (size_t)141 << 30;
+    *free_b = f != NULL ? (size_t)strtoull(f, NULL, 10) << 20 : *total_b;
+    return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 {
     (void)base, (void)size, (void)p;

@@ -32,8 +32,11 @@ static void fw_kernel_fn(void **params)
     (void)params;
 }
 
-static struct fake_kernel fw_kernel;
+static struct fake_kernel fw_kernel, fw_nccl_kernel;
 static void fw_stub(void)
+{
+}
+static void fw_nccl_stub(void)
 {
 }
 
@@ -60,6 +63,10 @@ FAKE_EXPORT void fw_setup(void)
     size_t sizes[3] = {8, 4, 16};
     fake_kernel_init(&fw_kernel, "_ZN2at6native29vectorized_elementwise_kernelILi8EEEviT_", 3, sizes, fw_kernel_fn);
     fake_cudart_register_stub((const void *)&fw_stub, &fw_kernel);
+    size_t nccl_sizes[1] = {8};
+    fake_kernel_init(&fw_nccl_kernel, "_Z31ncclDevKernel_AllGather_RING_LL24ncclDevKernelArgsStorageILm4096EE", 1,
+                     nccl_sizes, fw_kernel_fn);
+    fake_cudart_register_stub((const void *)&fw_nccl_stub, &fw_nccl_kernel);
 }
 
 /* Builds the valid objects for this thread, with values from `seed`. */
@@ -384,6 +391,7 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
     case FW_INSERT_OTHER_STREAM:
         return __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, args, 0,
                                   (cudaStream_t)((uintptr_t)stream + 0x10000));
+    case FW_INSERT_NCCL: return __cudaLaunchKernel((cudaKernel_t)&fw_nccl_kernel, one, one, args, 0, stream);
     case FW_INSERT_COUNT: break;
     }
     return -1;

@@ -23,6 +23,7 @@ enum fw_insert {
     FW_INSERT_DRIVER_COPY,  /* cuMemcpyDtoHAsync_v2 on that stream, found with cuGetProcAddress */
     FW_INSERT_KERNEL,       /* a launch of another kernel on that stream */
     FW_INSERT_OTHER_STREAM, /* a launch of another kernel on another stream */
+    FW_INSERT_NCCL,         /* a launch of an NCCL kernel (writes through device memory) on that stream */
     FW_INSERT_COUNT
 };
 

@@ -100,6 +100,7 @@ def main():
             "shim": arms[name][0] is not None, "cuda_graphs": arms[name][1], "shim_env": arms[name][2],
             "engine": engine,
             "median_ms_per_request": statistics.median(q["latency_ms"] for q in reqs),
+            "gpu_memory": [r.get("gpu_memory") for r in runs if "error" not in r],
             "sha256_fp32": shas, "vit_calls": calls, "output_shape": [list(s) for s in shapes],
             "bitwise_equal_to_A": shas == [ref], "pass": arm_ok}
     base = result["arms"].get("A", {}).get("median_ms_per_request")
@@ -123,19 +124,32 @@ def main():
              f"{a.rounds} rounds x {a.requests} requests per arm, arms alternating; speed-ups against the "
              "unshimmed arm of the same mode. S/SG: the shim with its defaults; R/RG: the replay op holds back "
              f"and replays every group; O/OG: H3SHIM_OPS={a.ops}.", "",
-             "| arm | shim | CUDA graphs | ViT calls | output | bitwise = A | median ms/request | speed-up |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| arm | shim | CUDA graphs | ViT calls | output | bitwise = A | median ms/request | speed-up "
+             "| GPU memory used, MiB (PyTorch peak reserved) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, arm in result["arms"].items():
         if "error" in arm:
             lines.append(f"| {name} | error | | | | | | |")
             continue
         lines.append(f"| {name} | {arm['shim']} | {arm['cuda_graphs']} | {arm['vit_calls']} | {arm['output_shape']} | "
                      f"{arm['bitwise_equal_to_A']} | {arm['median_ms_per_request']:.1f} | "
-                     f"{arm.get('speedup_vs_unshimmed_same_mode', 0):.3f} |")
+                     f"{arm.get('speedup_vs_unshimmed_same_mode', 0):.3f} | "
+                     + ", ".join(f"{m['device_used_mib']:.0f} ({m['torch_max_reserved_mib']:.0f})"
+                                 for m in arm["gpu_memory"] if m) + " |")
     for name, arm in result["arms"].items():
         if arm.get("engine"):
             lines += ["", f"Arm {name} ({arm['shim_env']}{', CUDA graphs: only the captured calls pass the shim' if arm['cuda_graphs'] else ''}):"]
             lines += [f"- {v}" for v in arm["engine"]["verdicts"]]
+            for st in arm["engine"]["stats"]:
+                extra = []
+                if "weight_cache" in st:
+                    extra.append("weight_cache {copies} copies, {mib} MiB, {hits} hits, {fills} fills, "
+                                 "{drops} drops".format(**st["weight_cache"]))
+                if "host_ns_per_call" in st:
+                    extra.append(f"shim's own host time {st['host_ns_per_call']} ns per observed call "
+                                 f"(beside {st['forward_ns_per_call']} ns issuing held launches and ops' calls)")
+                if extra:
+                    lines.append("- " + "; ".join(extra))
     lines += ["", f"Result: {'pass' if ok else 'FAIL'}", ""]
     with open(os.path.join(out_dir, stem + ".md"), "w") as f:
         f.write("\n".join(lines))

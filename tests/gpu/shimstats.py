@@ -27,6 +27,16 @@ def parse(stats):
         out["ops"][m.group(1)] = (int(m.group(2)), int(m.group(3)))
     for m in re.finditer(r"op (\S+)\s+fallback (\S+)\s+(\d+)", stats or ""):
         out["fallbacks"].setdefault(m.group(1), {})[m.group(2)] = int(m.group(3))
+    m = re.search(r"weight_cache: (\d+) copies, ([\d.]+) MiB of GPU memory; (\d+) hits, (\d+) fills, (\d+) drops",
+                  stats or "")
+    if m:
+        out["weight_cache"] = {"copies": int(m.group(1)), "mib": float(m.group(2)), "hits": int(m.group(3)),
+                               "fills": int(m.group(4)), "drops": int(m.group(5))}
+    m = re.search(r"shim host time: (\d+) observed calls, (\d+) ns per call of its own.*?, (\d+) ns per call "
+                  r"issuing", stats or "")
+    if m:
+        out["host_ns_per_call"] = int(m.group(2))
+        out["forward_ns_per_call"] = int(m.group(3))
     out["plan"] = {}
     for m in re.finditer(r"plan \S+: op (\S+) takes calls", stats or ""):
         out["plan"][m.group(1)] = out["plan"].get(m.group(1), 0) + 1

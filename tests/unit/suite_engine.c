@@ -260,6 +260,7 @@ START_TEST(replay_op_issues_every_group_once)
     ck_assert_int_eq(runs, T_INSTANCES * t_block.groups);
     ck_assert_int_eq(stat_after(stats, "engine: "), T_INSTANCES * 37);
     ck_assert_int_eq(stat_after(stats, "shim host time: "), 516); /* every call of the replay was observed */
+    ck_assert_msg(strstr(stats, "ns per call issuing held launches") != NULL, "%s", stats);
     check_accounting(stats);
     free(stats);
     free(log);
@@ -268,7 +269,7 @@ START_TEST(replay_op_issues_every_group_once)
 END_TEST
 
 static const char *const t_insert_names[FW_INSERT_COUNT] = {
-    "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream",
+    "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream", "nccl",
 };
 
 /* The groups of the instance that a call inserted before its call p
@@ -749,6 +750,20 @@ START_TEST(weight_cache_drops_a_copy_whose_source_is_written)
 }
 END_TEST
 
+START_TEST(weight_cache_drops_everything_at_an_nccl_launch)
+{
+    learn_block();
+    /* An NCCL kernel finds its buffers through device memory: before the
+     * fifth instance, every copy made so far is dropped. */
+    t_run.opts = (struct fw_replay_opts){t_block.start, FW_INSERT_NCCL, 0, 0, 0};
+    char *stats;
+    char *log = replay_with("wc-nccl", t_wc, &stats);
+    ck_assert_msg(strstr(stats, "24 hits, 48 fills, 24 drops") != NULL, "%s", tail_of(stats));
+    free(stats);
+    free(log);
+}
+END_TEST
+
 static void expect_wc_fallback(const char *const *env, const char *reason)
 {
     char *base = replay_with("base", t_disabled, NULL);
@@ -769,6 +784,19 @@ START_TEST(weight_cache_falls_back_exactly)
     expect_wc_fallback(capturing, "capturing");
     static const char *const full[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_WEIGHT_CACHE_MAX_MB=0", NULL};
     expect_wc_fallback(full, "cache_full");
+    /* About 35 GiB of 141 free: a copy would leave less than the 25% kept free, though not less than 20%. */
+    static const char *const low[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FAKE_MEM_FREE_MB=36000", NULL};
+    expect_wc_fallback(low, "low_memory");
+    /* Launches libraries make through the driver would not be seen. */
+    static const char *const nodrv[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_INTERPOSE_DRIVER=0", NULL};
+    expect_wc_fallback(nodrv, "driver_not_interposed");
+    static const char *const low_ok[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FAKE_MEM_FREE_MB=36000",
+                                         "H3SHIM_WEIGHT_CACHE_MIN_FREE_PCT=20", NULL};
+    char *stats;
+    char *log = replay_with("wc-low-ok", low_ok, &stats);
+    ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+    free(stats);
+    free(log);
     static const char *const sm[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FAKE_SM=80", NULL};
     expect_wc_fallback(sm, "sm_not_allowed");
 }
@@ -825,6 +853,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_casts_each_weight_once);
     tcase_add_test(ops, weight_cache_drops_a_copy_whose_source_is_written);
     tcase_add_test(ops, weight_cache_falls_back_exactly);
+    tcase_add_test(ops, weight_cache_drops_everything_at_an_nccl_launch);
     tcase_add_test(ops, swiglu_and_weight_cache_share_a_group);
     tcase_add_test(ops, switches_choose_the_ops);
     suite_add_tcase(s, ops);
