@@ -17,6 +17,42 @@
 static atomic_ulong h3_stat_calls[H3_FN_COUNT];
 static atomic_ulong h3_stat_shim_ns, h3_stat_forward_ns, h3_stat_shim_calls;
 static atomic_ulong h3_stat_errors[H3_FN_COUNT];
+/* The shim's own host time per call, in quarter-octave buckets: the mean
+ * alone would be dominated by one-off work (first-use lookups, module loads,
+ * weight copies' allocations), the median and tail show the steady cost. */
+#define H3_NS_BUCKETS 252
+static atomic_ulong h3_stat_ns_hist[H3_NS_BUCKETS];
+
+static unsigned h3_ns_bucket(uint64_t ns)
+{
+    if (ns < 4)
+        return (unsigned)ns;
+    unsigned k = 63u - (unsigned)__builtin_clzll(ns); /* 2..63 */
+    return 4u * (k - 1u) + (unsigned)((ns >> (k - 2u)) & 3u);
+}
+
+/* The smallest time in bucket `b`. */
+static uint64_t h3_ns_bucket_low(unsigned b)
+{
+    if (b < 4)
+        return b;
+    return (uint64_t)(4u + b % 4u) << (b / 4u - 1u);
+}
+
+/* The bucket bounds [low, high) of the q-quantile of the own-time histogram. */
+static void h3_ns_quantile(double q, unsigned long total, uint64_t *low, uint64_t *high)
+{
+    unsigned long want = (unsigned long)(q * (double)total), seen = 0;
+    for (unsigned b = 0; b < H3_NS_BUCKETS; b++) {
+        seen += atomic_load_explicit(&h3_stat_ns_hist[b], memory_order_relaxed);
+        if (seen > want) {
+            *low = h3_ns_bucket_low(b);
+            *high = b + 1 < H3_NS_BUCKETS ? h3_ns_bucket_low(b + 1) : UINT64_MAX;
+            return;
+        }
+    }
+    *low = *high = 0;
+}
 
 #define H3_DECISION_SLOTS 64
 struct h3_decision_count {
@@ -58,6 +94,7 @@ void h3_stats_shim_time(uint64_t own_ns, uint64_t forward_ns)
 {
     atomic_fetch_add_explicit(&h3_stat_shim_ns, own_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_forward_ns, forward_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h3_stat_ns_hist[h3_ns_bucket(own_ns)], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_shim_calls, 1, memory_order_relaxed);
 }
 
@@ -77,6 +114,8 @@ void h3_stats_reset(void)
     atomic_store(&h3_stat_shim_ns, 0);
     atomic_store(&h3_stat_forward_ns, 0);
     atomic_store(&h3_stat_shim_calls, 0);
+    for (unsigned i = 0; i < H3_NS_BUCKETS; i++)
+        atomic_store(&h3_stat_ns_hist[i], 0);
     for (unsigned i = 0; i < H3_DECISION_SLOTS; i++)
         atomic_store(&h3_decisions[i].count, 0);
 }
@@ -164,6 +203,16 @@ void h3_stats_print(void)
                       "launches and ops' kernels and library calls",
                       shim_calls, (double)atomic_load(&h3_stat_shim_ns) / (double)shim_calls,
                       (double)atomic_load(&h3_stat_forward_ns) / (double)shim_calls);
+    if (shim_calls != 0) {
+        uint64_t lo[3], hi[3];
+        const double q[3] = {0.5, 0.9, 0.99};
+        for (int i = 0; i < 3; i++)
+            h3_ns_quantile(q[i], shim_calls, &lo[i], &hi[i]);
+        h3_stats_line("shim host time per call, its own: median %lu-%lu ns, 90th percentile %lu-%lu ns, "
+                      "99th percentile %lu-%lu ns (bucket bounds)",
+                      (unsigned long)lo[0], (unsigned long)hi[0], (unsigned long)lo[1], (unsigned long)hi[1],
+                      (unsigned long)lo[2], (unsigned long)hi[2]);
+    }
     h3_stats_line("%-12s %-24s %s", "decision", "reason", "calls");
     for (unsigned i = 0; i < H3_DECISION_SLOTS; i++) {
         const char *dec = atomic_load(&h3_decisions[i].decision);

@@ -37,6 +37,11 @@ def parse(stats):
     if m:
         out["host_ns_per_call"] = int(m.group(2))
         out["forward_ns_per_call"] = int(m.group(3))
+    m = re.search(r"its own: median (\d+)-(\d+) ns, 90th percentile (\d+)-(\d+) ns, 99th percentile (\d+)-(\d+) ns",
+                  stats or "")
+    if m:
+        v = list(map(int, m.groups()))
+        out["host_ns_quantiles"] = {"p50": v[0:2], "p90": v[2:4], "p99": v[4:6]}
     out["plan"] = {}
     for m in re.finditer(r"plan \S+: op (\S+) takes calls", stats or ""):
         out["plan"][m.group(1)] = out["plan"].get(m.group(1), 0) + 1

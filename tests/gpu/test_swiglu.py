@@ -23,43 +23,26 @@ import sys
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fatbin import DEFAULT, Fatbin, bits_differing, ptr  # noqa: E402  (beside this script)
 
 
 class Kernel:
-    """h3_swiglu_f16 from the fatbin, launched through the driver on PyTorch's current stream."""
+    """h3_swiglu_f16 from the fatbin, launched as the shim launches it."""
 
-    def __init__(self, fatbin):
-        torch.zeros(1, device="cuda")  # the primary context, current on this thread
-        self.cu = ctypes.CDLL("libcuda.so.1")
-        self.image = open(fatbin, "rb").read()
-        self.buf = ctypes.create_string_buffer(self.image, len(self.image))
-        self.mod, self.fn = ctypes.c_void_p(), ctypes.c_void_p()
-        self.check(self.cu.cuModuleLoadData(ctypes.byref(self.mod), self.buf), "cuModuleLoadData")
-        self.check(self.cu.cuModuleGetFunction(ctypes.byref(self.fn), self.mod, b"h3_swiglu_f16"),
-                   "cuModuleGetFunction")
-
-    @staticmethod
-    def check(r, what):
-        if r != 0:
-            raise RuntimeError(f"{what} returned {r}")
+    def __init__(self, path):
+        self.fatbin = Fatbin(path)
 
     def __call__(self, d, width):
-        """silu_out, out for d = [rows, 2*width] FP16 (gate | up), as the shim launches it."""
+        """silu_out, out for d = [rows, 2*width] FP16 (gate | up)."""
         rows = d.shape[0]
         silu_out = torch.full((rows, width), float("nan"), dtype=torch.float16, device="cuda")
         out = torch.full((rows, width), float("nan"), dtype=torch.float16, device="cuda")
         vals = [ctypes.c_uint64(d.data_ptr()), ctypes.c_uint64(d.data_ptr() + 2 * width),
-                ctypes.c_longlong(d.stride(0)), ctypes.c_uint64(silu_out.data_ptr()),
-                ctypes.c_uint64(out.data_ptr()), ctypes.c_longlong(rows), ctypes.c_longlong(width)]
-        args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+                ctypes.c_longlong(d.stride(0)), ptr(silu_out), ptr(out), ctypes.c_longlong(rows),
+                ctypes.c_longlong(width)]
         n = rows * width
-        threads = 256
-        blocks = min((n + threads - 1) // threads, 132 * 32)
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self.check(self.cu.cuLaunchKernel(self.fn, blocks, 1, 1, threads, 1, 1, 0, stream, args, None),
-                   "cuLaunchKernel")
-        torch.cuda.synchronize()
+        self.fatbin.launch("h3_swiglu_f16", (min((n + 255) // 256, 132 * 32),), (256,), vals)
         return silu_out, out
 
 
@@ -69,13 +52,9 @@ def reference(d, width):
     return s, s * x
 
 
-def differing(a, b):
-    return int((a.view(torch.int16) != b.view(torch.int16)).sum())
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--fatbin", default=os.path.join(ROOT, "build", "kernels.fatbin"))
+    ap.add_argument("--fatbin", default=DEFAULT)
     a = ap.parse_args()
     k = Kernel(a.fatbin)
     gen = torch.Generator(device="cuda").manual_seed(1234)
@@ -85,7 +64,7 @@ def main():
         s_ref, o_ref = reference(d, width)
         s, o = k(d, width)
         cases.append({"case": name, "shape": list(d.shape), "elements": d.shape[0] * width,
-                      "silu_bits_differing": differing(s, s_ref), "out_bits_differing": differing(o, o_ref)})
+                      "silu_bits_differing": bits_differing(s, s_ref), "out_bits_differing": bits_differing(o, o_ref)})
 
     every = torch.arange(-32768, 32768, dtype=torch.int32, device="cuda").to(torch.int16).view(torch.float16)
     # Every gate bit pattern, with up = every bit pattern in 8 rotations.

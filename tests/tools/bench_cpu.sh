@@ -6,7 +6,7 @@
 # (REPLAY_FILE, launches decoded beforehand, library calls made as PyTorch
 # makes them) with the shim passing through, with the matcher, with the
 # engine holding back and replaying every group (H3SHIM_OP_REPLAY=1), and with
-# the defaults (swiglu on: the fake driver reports SM 90 and a fake module).
+# the defaults (the ops validated on SM 90: the fake driver reports SM 90 and a fake module).
 set -eu
 bench=$1 shim=$2 dir=$3 replay=$4 sigs=$5
 runs=${H3BENCH_RUNS:-7} n=${H3BENCH_CALLS:-2000000}
@@ -32,7 +32,7 @@ blocks=$((n / 40))
 row "h3 stream, pass-through" "replay:$replay" "$blocks" H3SHIM_OPS=none
 row "h3 stream, matcher" "replay:$replay" "$blocks" H3SHIM_OPS=none H3SHIM_MATCH=1
 row "h3 stream, replay op" "replay:$replay" "$blocks" H3SHIM_OPS=none H3SHIM_OP_REPLAY=1
-row "h3 stream, defaults (swiglu)" "replay:$replay" "$blocks" H3SHIM_MATCH=0
+row "h3 stream, defaults (ops on)" "replay:$replay" "$blocks" H3SHIM_MATCH=0
 echo "(__cudaLaunchKernel crosses the shim twice: the runtime's own driver launch is interposed too."
 echo " The h3 stream is tests/record/data's H200 block trace, 516 calls, cycled; its library calls"
 echo " create and destroy their descriptors as PyTorch does, which most of direct_ns is.)"

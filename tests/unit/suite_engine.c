@@ -261,6 +261,11 @@ START_TEST(replay_op_issues_every_group_once)
     ck_assert_int_eq(stat_after(stats, "engine: "), T_INSTANCES * 37);
     ck_assert_int_eq(stat_after(stats, "shim host time: "), 516); /* every call of the replay was observed */
     ck_assert_msg(strstr(stats, "ns per call issuing held launches") != NULL, "%s", stats);
+    const char *q = strstr(stats, "its own: median ");
+    ck_assert_msg(q != NULL, "%s", stats);
+    unsigned long lo = 0, hi = 0;
+    ck_assert_int_eq(sscanf(q, "its own: median %lu-%lu ns", &lo, &hi), 2);
+    ck_assert_msg(lo > 0 && lo < hi && hi <= lo + lo / 4 + 1, "median bucket %lu-%lu", lo, hi);
     check_accounting(stats);
     free(stats);
     free(log);

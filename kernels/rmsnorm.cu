@@ -1,0 +1,72 @@
+/*
+ * rmsnorm: PyTorch's FP32 RMSNorm launch and the FP16 cast after it, as one
+ * kernel (the arithmetic core of the norm_cast and residual_norm ops).
+ *
+ * The reference is vectorized_layer_norm_kernel<float, float, true> as
+ * PyTorch 2.11 launches it for F.rms_norm on contiguous rows whose width is a
+ * multiple of 4: one block of 32x4 threads per row.  Bitwise equality needs
+ * its reduction order, which this kernel repeats step for step:
+ *
+ *   1. thread t = x + 32*y reads the row as float4 vectors t, t+128, ... and
+ *      accumulates each element's square with a fused multiply-add
+ *      (s = fma(v, v, s); PyTorch writes `s + v * v` and nvcc contracts it);
+ *   2. each warp sums its 32 partial sums down a shuffle tree (offsets 16,
+ *      8, 4, 2, 1; lane 0 ends with the warp's sum);
+ *   3. the four warp sums combine as (w0 + w2) + (w1 + w3);
+ *   4. mean square = sum / n (IEEE division), rstd = rsqrtf(ms + eps);
+ *   5. y = gamma * (rstd * x) (two roundings, no contraction: nothing to
+ *      contract), or rstd * x without weight; y16 = rn16(y).
+ *
+ * Outputs are optional (null: not written): the FP32 norm output y, the
+ * per-row rstd PyTorch's kernel stores, and the FP16 cast y16.  Rows are
+ * dense (x, y, y16 at row * n); n % 4 == 0 and 16-byte aligned rows, as the
+ * reference's vectorised path requires.
+ */
+#include <cuda_fp16.h>
+
+extern "C" __global__ void __launch_bounds__(128)
+    h3_rmsnorm_f32(const float *__restrict__ x, const float *__restrict__ gamma, float eps, int n,
+                   float *__restrict__ y, float *__restrict__ rstd, __half *__restrict__ y16)
+{
+    __shared__ float warp_sum[4];
+    const long long row = blockIdx.x;
+    const int t = threadIdx.x + 32 * threadIdx.y, nvec = n / 4;
+    const float4 *xv = reinterpret_cast<const float4 *>(x + row * n);
+
+    float s = 0.0f;
+    for (int i = t; i < nvec; i += 128) {
+        float4 v = xv[i];
+        s = __fmaf_rn(v.x, v.x, s);
+        s = __fmaf_rn(v.y, v.y, s);
+        s = __fmaf_rn(v.z, v.z, s);
+        s = __fmaf_rn(v.w, v.w, s);
+    }
+    for (int off = 16; off > 0; off >>= 1)
+        s = __fadd_rn(s, __shfl_down_sync(0xffffffffu, s, off));
+    if (threadIdx.x == 0)
+        warp_sum[threadIdx.y] = s;
+    __syncthreads();
+    const float total = __fadd_rn(__fadd_rn(warp_sum[0], warp_sum[2]), __fadd_rn(warp_sum[1], warp_sum[3]));
+    const float r = rsqrtf(__fadd_rn(__fdiv_rn(total, (float)n), eps));
+
+    const float4 *gv = reinterpret_cast<const float4 *>(gamma);
+    for (int i = t; i < nvec; i += 128) {
+        float4 v = xv[i], o;
+        if (gamma != nullptr) {
+            float4 g = gv[i];
+            o = make_float4(__fmul_rn(g.x, __fmul_rn(r, v.x)), __fmul_rn(g.y, __fmul_rn(r, v.y)),
+                            __fmul_rn(g.z, __fmul_rn(r, v.z)), __fmul_rn(g.w, __fmul_rn(r, v.w)));
+        } else {
+            o = make_float4(__fmul_rn(r, v.x), __fmul_rn(r, v.y), __fmul_rn(r, v.z), __fmul_rn(r, v.w));
+        }
+        if (y != nullptr)
+            reinterpret_cast<float4 *>(y + row * n)[i] = o;
+        if (y16 != nullptr) {
+            __half2 *h = reinterpret_cast<__half2 *>(y16 + row * n + 4 * i);
+            h[0] = __halves2half2(__float2half_rn(o.x), __float2half_rn(o.y));
+            h[1] = __halves2half2(__float2half_rn(o.z), __float2half_rn(o.w));
+        }
+    }
+    if (t == 0 && rstd != nullptr)
+        rstd[row] = r;
+}

@@ -1,0 +1,50 @@
+"""Loads build/kernels.fatbin (the fused ops' kernels the shim embeds) with the
+driver API and launches its kernels on PyTorch's current stream, for the GPU
+kernel tests (tests/gpu/test_<op>.py)."""
+import ctypes
+import os
+
+import torch
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DEFAULT = os.path.join(ROOT, "build", "kernels.fatbin")
+
+
+class Fatbin:
+    def __init__(self, path=DEFAULT):
+        torch.zeros(1, device="cuda")  # the primary context, current on this thread
+        self.cu = ctypes.CDLL("libcuda.so.1")
+        image = open(path, "rb").read()
+        self.buf = ctypes.create_string_buffer(image, len(image))
+        self.mod = ctypes.c_void_p()
+        self.check(self.cu.cuModuleLoadData(ctypes.byref(self.mod), self.buf), "cuModuleLoadData")
+        self.fns = {}
+
+    @staticmethod
+    def check(r, what):
+        if r != 0:
+            raise RuntimeError(f"{what} returned {r}")
+
+    def launch(self, name, grid, block, values):
+        """Launches kernel `name` with ctypes `values` as its parameters and waits for it."""
+        if name not in self.fns:
+            fn = ctypes.c_void_p()
+            self.check(self.cu.cuModuleGetFunction(ctypes.byref(fn), self.mod, name.encode()), "cuModuleGetFunction")
+            self.fns[name] = fn
+        args = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        block = tuple(block) + (1,) * (3 - len(block))
+        self.check(self.cu.cuLaunchKernel(self.fns[name], *grid, *block, 0, stream, args, None), "cuLaunchKernel")
+        torch.cuda.synchronize()
+
+
+def ptr(t):
+    """A kernel parameter for tensor t's data (NULL for None)."""
+    return ctypes.c_uint64(0 if t is None else t.data_ptr())
+
+
+def bits_differing(a, b):
+    """Elements whose raw bits differ (NaN payloads included)."""
+    view = {torch.float16: torch.int16, torch.float32: torch.int32}[a.dtype]
+    return int((a.contiguous().view(view) != b.contiguous().view(view)).sum())
