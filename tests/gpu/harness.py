@@ -89,8 +89,10 @@ class Harness:
                # D and N bisect the shim's own host cost: everything off, and
                # everything but the driver entry points handed to libraries.
                ("D", {"H3SHIM_DISABLE": "1"}), ("N", {"H3SHIM_INTERPOSE_DRIVER": "0"}),
-               # M runs the matcher: every block call must be recognised.
-               ("M", {"H3SHIM_MATCH": "1"}),
+               # M runs the matcher alone: every block call must be recognised.
+               ("M", {"H3SHIM_MATCH": "1", "H3SHIM_OPS": "none"}),
+               # S: the shim as users get it, its defaults (the ops validated on this GPU).
+               ("S", {}),
                # R runs the engine with the replay op: every group of every block
                # is held back and issued verbatim when it completes.
                ("R", {"H3SHIM_OP_REPLAY": "1", "H3SHIM_OPS": "none"})]
