@@ -35,11 +35,11 @@ bool h3_engine_on;
 
 /* For every call of a signature, the first and last call of its group, or
  * -1 for a call in no group (library calls); the ranges the enabled ops
- * replace, and which range starts at each call (-1: none). */
+ * replace, and which range claims each call (-1: none). */
 #define H3_ENGINE_MAX_RANGES 64
 struct h3_groups {
     const struct h3_sig *sig;
-    int32_t *first, *last, *range_at;
+    int32_t *first, *last, *claim_at;
     struct h3_op_range ranges[H3_ENGINE_MAX_RANGES];
     unsigned nranges;
 };
@@ -54,13 +54,47 @@ static const struct h3_groups *h3_groups_of(const struct h3_sig *sig)
     return NULL;
 }
 
-/* Whether calls [first, last] are free of every range already planned. */
-static bool h3_groups_free(const struct h3_groups *g, uint32_t first, uint32_t last)
+/* The anchored range that ends at the library call after group [.., last], or NULL. */
+static const struct h3_op_range *h3_group_anchor(const struct h3_groups *g, uint32_t last)
 {
     for (unsigned r = 0; r < g->nranges; r++)
-        if (!(last < g->ranges[r].first || first > g->ranges[r].last))
+        if (g->ranges[r].anchored && g->ranges[r].last == last + 1)
+            return &g->ranges[r];
+    return NULL;
+}
+
+/* The last call of range `r`'s group that it claims (its anchor aside). */
+static uint32_t h3_range_last_claimed(const struct h3_op_range *r)
+{
+    return r->first + 63u - (uint32_t)__builtin_clzll(r->mask);
+}
+
+/* Whether range `r` of group [gfirst, glast] is well formed (a planner's
+ * mask of 0 is every launch of [first, last] first) and its calls are free
+ * of every range already planned. */
+static bool h3_groups_claimable(const struct h3_groups *g, struct h3_op_range *r, uint32_t gfirst, uint32_t glast)
+{
+    uint32_t held_last = r->anchored ? r->last - 1 : r->last;
+    if (r->first < gfirst || held_last > glast || held_last < r->first || held_last - r->first >= 64 ||
+        (r->anchored && r->last != glast + 1))
+        return false;
+    if (r->mask == 0)
+        r->mask = held_last - r->first == 63 ? ~0ull : (2ull << (held_last - r->first)) - 1;
+    if ((r->mask & 1) == 0 || h3_range_last_claimed(r) > glast)
+        return false;
+    for (uint32_t k = 0; k < 64; k++)
+        if (((r->mask >> k) & 1) && g->claim_at[r->first + k] >= 0)
             return false;
-    return true;
+    return !r->anchored || h3_group_anchor(g, glast) == NULL;
+}
+
+static void h3_groups_claim(struct h3_groups *g, const struct h3_op_range *r)
+{
+    g->ranges[g->nranges] = *r;
+    for (uint32_t k = 0; k < 64; k++)
+        if ((r->mask >> k) & 1)
+            g->claim_at[r->first + k] = (int32_t)g->nranges;
+    g->nranges++;
 }
 
 /* Asks every enabled op for the ranges it replaces in each group; fused ops
@@ -69,36 +103,36 @@ static void h3_groups_plan(struct h3_groups *g)
 {
     const struct h3_sig *sig = g->sig;
     for (uint32_t j = 0; j < sig->ncalls; j++)
-        g->range_at[j] = -1;
+        g->claim_at[j] = -1;
     for (uint32_t j = 0; j < sig->ncalls; j++) {
         if (g->first[j] != (int32_t)j)
             continue;
+        uint32_t glast = (uint32_t)g->last[j];
         for (unsigned o = h3_ops_count(); o-- > 0;) {
             const struct h3_op *op = h3_ops_get(o);
             if (!h3_op_enabled(op))
                 continue;
             struct h3_op_range found[8];
-            unsigned n = op->plan(sig, j, (uint32_t)g->last[j], found, 8);
+            unsigned n = op->plan(sig, j, glast, found, 8);
             for (unsigned k = 0; k < n && g->nranges < H3_ENGINE_MAX_RANGES; k++) {
                 if (op->test_only) { /* the replay op takes each run of calls the fused ops left */
                     for (uint32_t c = found[k].first; c <= found[k].last && g->nranges < H3_ENGINE_MAX_RANGES;) {
                         uint32_t e = c;
-                        while (e <= found[k].last && h3_groups_free(g, e, e))
+                        while (e <= found[k].last && e - c < 64 && g->claim_at[e] < 0)
                             e++;
-                        if (e > c) {
-                            g->ranges[g->nranges] = (struct h3_op_range){.op = op, .first = c, .last = e - 1};
-                            g->range_at[c] = (int32_t)g->nranges++;
-                        }
-                        c = e + 1;
+                        struct h3_op_range run = {.op = op, .first = c, .last = e - 1};
+                        if (e > c && h3_groups_claimable(g, &run, j, glast))
+                            h3_groups_claim(g, &run);
+                        c = e > c ? e : c + 1;
                     }
                     continue;
                 }
-                if (!h3_groups_free(g, found[k].first, found[k].last))
+                if (!h3_groups_claimable(g, &found[k], j, glast))
                     continue;
-                g->ranges[g->nranges] = found[k];
-                g->range_at[found[k].first] = (int32_t)g->nranges++;
-                H3_INFO(H3_SUB_ENGINE, "signature %s/%s: op %s takes calls %u-%u", sig->model, sig->group,
-                        op->name, found[k].first, found[k].last);
+                h3_groups_claim(g, &found[k]);
+                H3_INFO(H3_SUB_ENGINE, "signature %s/%s: op %s takes calls %u-%u (mask %#llx%s)", sig->model,
+                        sig->group, op->name, found[k].first, found[k].last, (unsigned long long)found[k].mask,
+                        found[k].anchored ? ", anchored" : "");
             }
         }
     }
@@ -111,14 +145,15 @@ static uint64_t h3_group_allowed(const struct h3_groups *g, uint32_t first)
 {
     uint64_t allowed = 0;
     for (uint32_t c = first; c <= (uint32_t)g->last[first]; c++) {
-        if (g->range_at[c] < 0)
+        int32_t r = g->claim_at[c];
+        if (r < 0 || g->ranges[r].first != c)
             continue;
-        const struct h3_op *op = g->ranges[g->range_at[c]].op;
+        const struct h3_op *op = g->ranges[r].op;
         const char *why = h3_op_check(op);
         if (why != NULL)
             h3_op_fallback(op, why);
         else
-            allowed |= 1ull << g->range_at[c];
+            allowed |= 1ull << r;
     }
     return allowed;
 }
@@ -131,11 +166,11 @@ static void h3_groups_build(void)
         struct h3_groups *g = &h3_groups[h3_ngroups];
         g->first = calloc(sig->ncalls, sizeof(int32_t));
         g->last = calloc(sig->ncalls, sizeof(int32_t));
-        g->range_at = calloc(sig->ncalls, sizeof(int32_t));
-        if (g->first == NULL || g->last == NULL || g->range_at == NULL) {
+        g->claim_at = calloc(sig->ncalls, sizeof(int32_t));
+        if (g->first == NULL || g->last == NULL || g->claim_at == NULL) {
             free(g->first);
             free(g->last);
-            free(g->range_at);
+            free(g->claim_at);
             continue;
         }
         g->sig = sig;
@@ -366,51 +401,78 @@ static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
     return true;
 }
 
-/* The group in the queue is complete (and, with `anchor`, the library call
- * after it has come): each op range runs its op (or, when the op cannot, its
- * calls untouched); the other calls are issued as made.  Returns whether an
- * op made the anchor call (else the caller forwards it). */
+/* Notes in `c` (the call that completed the group) that range `r`'s op ran. */
+static void h3_group_note_op(struct h3_call *c, const struct h3_op_range *r)
+{
+    if (c->op == NULL || r->op != &h3_op_replay)
+        c->op = r->op->name;
+    c->op_calls += h3_op_range_calls(r);
+}
+
+/* Whether range `r` (index `ri`) may run on the group held in `q`: its op
+ * can run on this device, all its calls are held, and an anchored range's
+ * library call has come. */
+static bool h3_group_range_ready(const struct h3_queue *q, const struct h3_op_range *r, int32_t ri,
+                                 uint32_t first, const struct h3_call *anchor)
+{
+    return ((q->allowed >> ri) & 1) && h3_range_last_claimed(r) - first < q->n &&
+           (!r->anchored || anchor != NULL);
+}
+
+/*
+ * The group in the queue is complete (and, with `anchor`, the library call
+ * after it has come).  The calls are issued in order, except those of a range
+ * whose op replaces them: an unanchored range's op runs where its first call
+ * was made; an anchored range's op is checked there and runs after the rest
+ * of the group, in place of the anchor too.  An op that cannot run leaves its
+ * calls to be issued where they were made.  Returns whether an op made the
+ * anchor call (else the caller forwards it).
+ */
 static bool h3_group_run(struct h3_queue *q, struct h3_call *c, struct h3_call *anchor)
 {
     const struct h3_groups *g = q->groups;
     uint32_t first = (uint32_t)g->first[q->next - 1]; /* next: the call after the group's last launch */
-    bool anchor_done = false;
-    for (uint32_t i = 0; i < q->n;) {
-        int32_t r = g->range_at[first + i];
-        const struct h3_op_range *range = r >= 0 ? &g->ranges[r] : NULL;
-        uint32_t len = range != NULL ? range->last - range->first + 1 - (range->anchored ? 1u : 0u) : 1;
-        if (range != NULL && range->anchored && anchor == NULL)
-            range = NULL; /* its op cannot run here: the group did not wait for the call */
-        if (range != NULL && i + len <= q->n && ((q->allowed >> r) & 1)) {
-            const char *why = h3_op_run(range, &q->calls[i], range->anchored ? anchor : NULL);
-            if (why == NULL && range->anchored)
-                anchor_done = true;
-            if (why == NULL) {
-                if (c->op == NULL || range->op != &h3_op_replay)
-                    c->op = range->op->name;
-                c->op_calls += len;
-            } else {
+    uint64_t replaced = 0; /* a bit per range index whose op replaces its calls */
+    const struct h3_op_range *pending = NULL;
+    uint32_t pending_at = 0;
+    for (uint32_t i = 0; i < q->n; i++) {
+        int32_t ri = g->claim_at[first + i];
+        const struct h3_op_range *r = ri >= 0 ? &g->ranges[ri] : NULL;
+        if (r != NULL && r->first == first + i && h3_group_range_ready(q, r, ri, first, anchor)) {
+            const char *why = r->anchored ? h3_op_check_range(r, &q->calls[i], anchor)
+                                          : h3_op_run(r, &q->calls[i], NULL);
+            if (why != NULL) {
                 c->op_fallback = why;
-                h3_engine_issue(&q->calls[i], len);
+            } else {
+                replaced |= 1ull << ri;
+                if (r->anchored)
+                    pending = r, pending_at = i;
+                else
+                    h3_group_note_op(c, r);
             }
-        } else {
-            h3_engine_issue(&q->calls[i], len);
         }
-        i += len;
+        if (r == NULL || !((replaced >> ri) & 1))
+            h3_engine_issue(&q->calls[i], 1);
+    }
+    bool anchor_done = false;
+    if (pending != NULL) {
+        const char *why = h3_op_run(pending, &q->calls[pending_at], anchor);
+        if (why == NULL) {
+            anchor_done = true;
+            h3_group_note_op(c, pending);
+        } else { /* a broken promise: its calls now, after the rest of the group */
+            c->op_fallback = why;
+            H3_WARN_ONCE(H3_SUB_ENGINE, "op %s failed (%s) after its check passed; its calls were issued "
+                                        "after the rest of their group", pending->op->name, why);
+            for (uint32_t k = 0; k < 64; k++)
+                if ((pending->mask >> k) & 1)
+                    h3_engine_issue(&q->calls[pending_at + k], 1);
+        }
     }
     /* "op" when an op ran; else the group was issued as it was made. */
     c->decision = c->op != NULL ? "op" : anchor != NULL ? "passthrough" : "deferred";
     h3_queue_clear(q);
     return anchor_done;
-}
-
-/* The anchored range that ends at the library call after group [.., last], or NULL. */
-static const struct h3_op_range *h3_group_anchor(const struct h3_groups *g, uint32_t last)
-{
-    for (unsigned r = 0; r < g->nranges; r++)
-        if (g->ranges[r].anchored && g->ranges[r].last == last + 1)
-            return &g->ranges[r];
-    return NULL;
 }
 
 /* Whether launch `c`, matched as call `j` of a group, can be held back. */
@@ -494,6 +556,21 @@ void h3_engine_setup(void)
         h3_engine_on |= h3_groups[i].nranges > 0;
 }
 
+/* "plan MODEL/GROUP: op NAME takes calls 0,3" (", and the library call N" when anchored). */
+static void h3_engine_print_plan(void (*line)(const char *fmt, ...), const struct h3_groups *g,
+                                 const struct h3_op_range *r)
+{
+    char calls[512];
+    size_t n = 0;
+    calls[0] = '\0';
+    for (uint32_t k = 0; k < 64 && n + 16 < sizeof(calls); k++)
+        if ((r->mask >> k) & 1)
+            n += (size_t)snprintf(calls + n, sizeof(calls) - n, "%s%u", n ? "," : "", r->first + k);
+    if (r->anchored)
+        snprintf(calls + n, sizeof(calls) - n, " and the library call %u", r->last);
+    line("plan %s/%s: op %s takes calls %s", g->sig->model, g->sig->group, r->op->name, calls);
+}
+
 void h3_engine_print_stats(void (*line)(const char *fmt, ...))
 {
     if (!h3_engine_on) {
@@ -505,8 +582,7 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...))
     for (unsigned i = 0; i < h3_ngroups; i++)
         for (unsigned r = 0; r < h3_groups[i].nranges; r++)
             if (!h3_groups[i].ranges[r].op->test_only)
-                line("plan %s/%s: op %s takes calls %u-%u", h3_groups[i].sig->model, h3_groups[i].sig->group,
-                     h3_groups[i].ranges[r].op->name, h3_groups[i].ranges[r].first, h3_groups[i].ranges[r].last);
+                h3_engine_print_plan(line, &h3_groups[i], &h3_groups[i].ranges[r]);
     h3_ops_print_stats(line);
     if (h3_op_enabled(&h3_op_weight_cache))
         h3_wcache_print_stats(line);

@@ -473,12 +473,15 @@ void h3_engine_after_fork_child(void);
 
 struct h3_op;
 
-/* Calls [first, last] of a signature's group that an op replaces, and what
- * its planner read from the signature for it. */
+/* The calls of a signature's group that an op replaces, and what its
+ * planner read from the signature for it.  `mask` has bit k set when call
+ * first+k is the op's (0 from a planner: every launch of [first, last]);
+ * several ops may share a group as long as their calls differ. */
 struct h3_op_range {
     const struct h3_op *op;
     uint32_t first, last;
-    bool anchored; /* `last` is the library call right after the group */
+    uint64_t mask;
+    bool anchored; /* `last` is the library call right after the group, not in `mask` */
     int64_t arg[8];
 };
 
@@ -493,12 +496,20 @@ struct h3_op {
      * replace; returns how many it wrote to out[0..max). */
     unsigned (*plan)(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
                      unsigned max);
-    /* Runs the op in place of calls[0 .. last-first] (for an anchored range,
-     * the held launches and then `anchor`, the library call itself, whose
-     * status the op stores in anchor->result); returns NULL when it ran,
-     * else why not (then nothing was launched, and the engine issues the
-     * calls untouched and forwards the anchor). */
+    /* Runs the op in place of its calls; calls[k] is call first+k.  An
+     * unanchored range runs where its first call was made, so what it
+     * launches may read only what the calls before that one wrote.  An
+     * anchored range runs after the rest of the group was issued, in place
+     * of its calls and of `anchor`, the library call itself (whose status
+     * the op stores in anchor->result).  Returns NULL when it ran, else why
+     * not; then nothing was launched and the engine issues the calls
+     * untouched (and forwards the anchor).  An anchored op's run must not
+     * fail once its check passed. */
     const char *(*run)(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor);
+    /* Anchored ops only: decides, where the range's first call was made and
+     * before anything of the group is issued past it, whether run will run;
+     * NULL or why not (then the calls are issued where they were made). */
+    const char *(*check)(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor);
 };
 
 /* Chooses the ops from H3SHIM_OPS, H3SHIM_OP_* and H3SHIM_SM_ALLOW. */
@@ -515,6 +526,14 @@ void h3_op_fallback(const struct h3_op *op, const char *why);
 /* Runs `op` on a complete range that h3_op_check() allowed; counts the
  * outcome.  Returns NULL when the op ran, else the fallback reason. */
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor);
+/* An anchored range's check (its op's `check`), the fallback counted. */
+const char *h3_op_check_range(const struct h3_op_range *r, const struct h3_deferred *calls,
+                              struct h3_call *anchor);
+/* Calls an op replaces in range `r`: its launches, and its anchor. */
+static inline unsigned h3_op_range_calls(const struct h3_op_range *r)
+{
+    return (unsigned)__builtin_popcountll(r->mask) + (r->anchored ? 1u : 0u);
+}
 void h3_ops_print_stats(void (*line)(const char *fmt, ...));
 void h3_ops_reset(void);
 

@@ -121,10 +121,12 @@ static unsigned h3_wc_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
         return 0;
     h3_wc_mark_cast(sig, w);
     h3_wc_mark_cast(sig, b);
+    uint32_t lo = w < b ? w : b;
     out[0] = (struct h3_op_range){
         .op = &h3_op_weight_cache,
-        .first = w < b ? w : b,
+        .first = lo,
         .last = k,
+        .mask = (1ull << (w - lo)) | (1ull << (b - lo)),
         .anchored = true,
         .arg = {w, b},
     };
@@ -271,68 +273,96 @@ static void h3_wc_fill(const struct h3_deferred *d, CUdeviceptr dst)
     h3_engine_issue(&patched, 1);
 }
 
-static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
+/* What a range's check and run both read from its calls and its anchor. */
+struct h3_wc_call {
+    uint32_t w, b; /* the casts, relative to the range's first call */
+    const void *stream;
+    uint64_t src_w, src_b;
+    int32_t n_w, n_b;
+};
+
+static const char *h3_wc_read(const struct h3_op_range *r, const struct h3_deferred *calls,
+                              const struct h3_call *anchor, struct h3_wc_call *x)
 {
     if (anchor == NULL || anchor->fn != H3_FN_cublasLtMatmul || anchor->u.lt.desc == NULL)
         return "no_anchor";
-    uint32_t len = r->last - r->first, w = (uint32_t)r->arg[0] - r->first, b = (uint32_t)r->arg[1] - r->first;
-    const void *stream = calls[w].stream;
-    if (anchor->stream != stream || calls[b].stream != stream)
+    x->w = (uint32_t)r->arg[0] - r->first, x->b = (uint32_t)r->arg[1] - r->first;
+    x->stream = calls[x->w].stream;
+    if (anchor->stream != x->stream || calls[x->b].stream != x->stream)
         return "streams_differ";
-    if (h3_stream_capturing(stream))
+    memcpy(&x->src_w, (const char *)calls[x->w].argv[2] + 8, 8);
+    memcpy(&x->src_b, (const char *)calls[x->b].argv[2] + 8, 8);
+    memcpy(&x->n_w, calls[x->w].argv[0], 4);
+    memcpy(&x->n_b, calls[x->b].argv[0], 4);
+    return x->n_w <= 0 || x->n_b <= 0 ? "empty" : NULL;
+}
+
+/* Everything that can make the op fall back, before the group is issued:
+ * the copies exist (made now if new) and the GEMM's bias attribute points
+ * at the bias copy (it takes effect at the call; restored by run). */
+static const char *h3_wc_check(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
+{
+    struct h3_wc_call x;
+    const char *why = h3_wc_read(r, calls, anchor, &x);
+    if (why != NULL)
+        return why;
+    if (h3_stream_capturing(x.stream))
         return "capturing";
     if (!h3_config.interpose_driver)
         return "driver_not_interposed"; /* launches made through the driver would not be seen */
+    __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
+    if (h3_real_fn(H3_FN_cublasLtMatmul) == NULL || set == NULL)
+        return "no_cublaslt";
+    pthread_mutex_lock(&h3_wc.lock);
+    struct h3_wc_entry *ew = h3_wc_entry(x.src_w, (uint64_t)x.n_w, x.stream, &why);
+    struct h3_wc_entry *eb = ew != NULL ? h3_wc_entry(x.src_b, (uint64_t)x.n_b, x.stream, &why) : NULL;
+    const void *bias = eb != NULL ? (const void *)(uintptr_t)eb->dst : NULL;
+    pthread_mutex_unlock(&h3_wc.lock);
+    if (eb == NULL)
+        return why;
+    if (set(anchor->u.lt.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS)
+        return "bias_attr";
+    return NULL;
+}
+
+/* After the rest of the group: refills the copies that are not valid (with
+ * the casts as PyTorch made them, output moved), makes the GEMM on the
+ * copies, and restores the bias attribute.  Entries are never removed, so
+ * the ones the check made are there. */
+static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
+{
+    struct h3_wc_call x;
+    const char *why = h3_wc_read(r, calls, anchor, &x);
+    if (why != NULL)
+        return why;
     __typeof__(&cublasLtMatmul) matmul = h3_real_fn(H3_FN_cublasLtMatmul);
     __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
-    if (matmul == NULL || set == NULL)
-        return "no_cublaslt";
-    uint64_t src_w, src_b;
-    int32_t n_w, n_b;
-    memcpy(&src_w, (const char *)calls[w].argv[2] + 8, 8);
-    memcpy(&src_b, (const char *)calls[b].argv[2] + 8, 8);
-    memcpy(&n_w, calls[w].argv[0], 4);
-    memcpy(&n_b, calls[b].argv[0], 4);
-    if (n_w <= 0 || n_b <= 0)
-        return "empty";
-    const char *why = NULL;
-    /* Held while the range is issued: a thread that finds a copy valid finds
-     * its refill already issued (threads may share a stream). */
+    /* Held while refilling: a thread that finds a copy valid finds its
+     * refill already issued (threads may share a stream). */
     pthread_mutex_lock(&h3_wc.lock);
-    struct h3_wc_entry *ew = h3_wc_entry(src_w, (uint64_t)n_w, stream, &why);
-    struct h3_wc_entry *eb = ew != NULL ? h3_wc_entry(src_b, (uint64_t)n_b, stream, &why) : NULL;
-    if (eb == NULL) {
+    struct h3_wc_entry *ew = h3_wc_entry(x.src_w, (uint64_t)x.n_w, x.stream, &why);
+    struct h3_wc_entry *eb = ew != NULL ? h3_wc_entry(x.src_b, (uint64_t)x.n_b, x.stream, &why) : NULL;
+    if (eb == NULL || matmul == NULL || set == NULL) {
         pthread_mutex_unlock(&h3_wc.lock);
-        return why;
+        return why != NULL ? why : "no_cublaslt";
     }
-    /* The GEMM's bias is a descriptor attribute: moved now (it takes effect
-     * at the call), so that a descriptor refusing it falls back untouched. */
-    const struct h3_lt_desc *lt = &anchor->u.lt;
-    const void *bias = (const void *)(uintptr_t)eb->dst, *orig = lt->bias;
-    if (set(lt->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS) {
-        pthread_mutex_unlock(&h3_wc.lock);
-        return "bias_attr";
-    }
-    /* From here nothing can fall back: issue the range with the two casts
-     * either refilling the cache or left out, then make the GEMM. */
-    for (uint32_t i = 0; i < len; i++) {
-        if (i == w || i == b) {
-            struct h3_wc_entry *e = i == w ? ew : eb;
-            if (!e->valid)
-                h3_wc_fill(&calls[i], e->dst);
-            atomic_fetch_add_explicit(e->valid ? &h3_wc.hits : &h3_wc.fills, 1, memory_order_relaxed);
-            e->valid = true;
-        } else {
-            h3_engine_issue(&calls[i], 1);
-        }
+    struct h3_wc_entry *e[2] = {ew, eb};
+    const uint32_t cast[2] = {x.w, x.b};
+    for (int i = 0; i < 2; i++) {
+        if (!e[i]->valid)
+            h3_wc_fill(&calls[cast[i]], e[i]->dst);
+        atomic_fetch_add_explicit(e[i]->valid ? &h3_wc.hits : &h3_wc.fills, 1, memory_order_relaxed);
+        e[i]->valid = true;
     }
     h3_wc_bounds();
     CUdeviceptr dst_w = ew->dst;
     pthread_mutex_unlock(&h3_wc.lock);
+    const struct h3_lt_desc *lt = &anchor->u.lt;
+    const void *orig = lt->bias;
     uint64_t t0 = h3_forward_begin();
     cublasStatus_t st = matmul(lt->handle, lt->desc, lt->alpha, (const void *)(uintptr_t)dst_w, lt->Adesc, lt->B,
                                lt->Bdesc, lt->beta, lt->C, lt->Cdesc, (void *)(uintptr_t)lt->D, lt->Ddesc, lt->algo,
-                               (void *)(uintptr_t)lt->workspace_ptr, lt->workspace, (cudaStream_t)(uintptr_t)stream);
+                               (void *)(uintptr_t)lt->workspace_ptr, lt->workspace, (cudaStream_t)(uintptr_t)x.stream);
     h3_forward_end(t0);
     set(lt->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &orig, sizeof(orig));
     anchor->result = st;
@@ -358,4 +388,5 @@ const struct h3_op h3_op_weight_cache = {
     .nvalidated = 1,
     .plan = h3_wc_plan,
     .run = h3_wc_run,
+    .check = h3_wc_check,
 };

@@ -210,8 +210,17 @@ const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *cal
         return why;
     }
     atomic_fetch_add_explicit(&h3_op_counts[i].runs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h3_op_counts[i].calls, r->last - r->first + 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h3_op_counts[i].calls, h3_op_range_calls(r), memory_order_relaxed);
     return NULL;
+}
+
+const char *h3_op_check_range(const struct h3_op_range *r, const struct h3_deferred *calls,
+                              struct h3_call *anchor)
+{
+    const char *why = r->op->check != NULL ? r->op->check(r, calls, anchor) : NULL;
+    if (why != NULL)
+        h3_op_count_fallback(h3_op_index(r->op), why);
+    return why;
 }
 
 void h3_ops_print_stats(void (*line)(const char *fmt, ...))
