@@ -85,6 +85,7 @@ struct h3_config {
     const char *ops;
     const char *op_swiglu;
     const char *op_weight_cache;
+    const char *op_norm_cast;
     long weight_cache_max_mb;
     long weight_cache_min_free_pct;
     const char *sm_allow;
@@ -537,7 +538,7 @@ static inline unsigned h3_op_range_calls(const struct h3_op_range *r)
 void h3_ops_print_stats(void (*line)(const char *fmt, ...));
 void h3_ops_reset(void);
 
-extern const struct h3_op h3_op_replay, h3_op_swiglu, h3_op_weight_cache;
+extern const struct h3_op h3_op_replay, h3_op_swiglu, h3_op_weight_cache, h3_op_norm_cast;
 
 /* ---- op_weight_cache.c ---- */
 
@@ -553,6 +554,12 @@ size_t h3_kernels_image_size(void);
  * module at first use (never while `stream` is being captured); NULL with
  * *why set (a fallback reason). */
 CUfunction h3_kernels_function(const char *name, const void *stream, const char **why);
+/* Launches kernel `name` of the embedded fatbin with `args` on the stream of
+ * the held launch `like`, through the driver entry point of its kind
+ * (per-thread default stream or not); NULL, or a fallback reason when
+ * nothing was launched ("launch_failed": the launch returned an error). */
+const char *h3_kernels_launch(const char *name, const struct h3_deferred *like, const unsigned grid[3],
+                              const unsigned block[3], void **args);
 /* The current device's compute capability as major*10+minor, -1 unknown. */
 int h3_kernels_sm(void);
 /* Whether `stream` is being captured into a CUDA graph (unknown counts as

@@ -128,6 +128,25 @@ CUfunction h3_kernels_function(const char *name, const void *stream, const char 
     return fn;
 }
 
+const char *h3_kernels_launch(const char *name, const struct h3_deferred *like, const unsigned grid[3],
+                              const unsigned block[3], void **args)
+{
+    const char *why = NULL;
+    CUfunction fn = h3_kernels_function(name, like->stream, &why);
+    if (fn == NULL)
+        return why;
+    bool ptsz = like->fn == H3_FN___cudaLaunchKernel_ptsz || like->fn == H3_FN_cudaLaunchKernel_ptsz ||
+                like->fn == H3_FN_cuLaunchKernel_ptsz;
+    __typeof__(&cuLaunchKernel) launch = h3_real_fn(ptsz ? H3_FN_cuLaunchKernel_ptsz : H3_FN_cuLaunchKernel);
+    if (launch == NULL)
+        return "no_driver";
+    uint64_t t0 = h3_forward_begin();
+    CUresult res = launch(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
+                          (CUstream)(uintptr_t)like->stream, args, NULL);
+    h3_forward_end(t0);
+    return res == CUDA_SUCCESS ? NULL : "launch_failed";
+}
+
 int h3_kernels_sm(void)
 {
     static atomic_int sm[64]; /* per device ordinal: 0 unknown, -1 unreadable, else major*10+minor */

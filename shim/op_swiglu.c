@@ -99,11 +99,7 @@ static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_
 static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     (void)anchor;
-    const char *why = NULL;
     const struct h3_deferred *silu = &calls[0], *mul = &calls[1];
-    CUfunction fn = h3_kernels_function("h3_swiglu_f16", silu->stream, &why);
-    if (fn == NULL)
-        return why;
     if (silu->stream != mul->stream || silu->fn != mul->fn)
         return "streams_differ";
     const unsigned char *ps = silu->argv[1], *pm = mul->argv[1];
@@ -118,15 +114,8 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     unsigned threads = 256, blocks = (unsigned)((n + threads - 1) / threads);
     if (blocks > 132u * 32u)
         blocks = 132u * 32u;
-    bool ptsz = silu->fn == H3_FN___cudaLaunchKernel_ptsz || silu->fn == H3_FN_cudaLaunchKernel_ptsz ||
-                silu->fn == H3_FN_cuLaunchKernel_ptsz;
-    __typeof__(&cuLaunchKernel) launch = h3_real_fn(ptsz ? H3_FN_cuLaunchKernel_ptsz : H3_FN_cuLaunchKernel);
-    if (launch == NULL)
-        return "no_driver";
-    uint64_t t0 = h3_forward_begin();
-    CUresult res = launch(fn, blocks, 1, 1, threads, 1, 1, 0, (CUstream)(uintptr_t)silu->stream, args, NULL);
-    h3_forward_end(t0);
-    return res == CUDA_SUCCESS ? NULL : "launch_failed";
+    const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
+    return h3_kernels_launch("h3_swiglu_f16", silu, grid, block, args);
 }
 
 const struct h3_op h3_op_swiglu = {

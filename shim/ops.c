@@ -42,7 +42,7 @@ const struct h3_op h3_op_replay = {
     .run = h3_replay_run,
 };
 
-static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu, &h3_op_weight_cache};
+static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu, &h3_op_weight_cache, &h3_op_norm_cast};
 #define H3_OPS_COUNT H3_ARRAY_LEN(h3_ops)
 
 #define H3_OP_REASONS 8

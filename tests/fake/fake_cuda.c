@@ -16,7 +16,7 @@
  * that was held back and issued later passes a copy of the parameters).
  */
 /* The kernels of the fake module (see cuModuleLoadData below). */
-static struct fake_kernel fake_module_kernels[1];
+static struct fake_kernel fake_module_kernels[2];
 
 static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream stream, void **params)
@@ -24,7 +24,7 @@ static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, u
     struct fake_kernel *k = fake_kernel_lookup(handle);
     if (k == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (k == fake_module_kernels && getenv("FAKE_LAUNCH_FAIL") != NULL)
+    if (k >= fake_module_kernels && k < fake_module_kernels + 2 && getenv("FAKE_LAUNCH_FAIL") != NULL)
         return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     uint64_t h = 0xcbf29ce484222325ull;
     for (unsigned i = 0; i < k->nparams && params != NULL; i++)
@@ -128,7 +128,9 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
  * fused ops' kernels as fake kernels (none while FAKE_NO_KERNEL is set; their
  * launches fail while FAKE_LAUNCH_FAIL is set).  h3_swiglu_f16 logs an entry
  * "swiglu_check" with 1 when its arguments have the H3 block's layout (the up
- * half 8192 elements after the gate, rows of 16384, 1797 rows of 8192).
+ * half 8192 elements after the gate, rows of 16384, 1797 rows of 8192);
+ * h3_rmsnorm_f32 logs "rmsnorm_check" with 1 when its arguments are the H3
+ * block's norm (rows of 2048, eps 1e-5, a weight, all three outputs).
  */
 static void fake_swiglu(void **p)
 {
@@ -136,6 +138,16 @@ static void fake_swiglu(void **p)
     long long stride = *(long long *)p[2], rows = *(long long *)p[5], width = *(long long *)p[6];
     uint64_t ok = up == gate + 2 * 8192 && stride == 16384 && rows == 1797 && width == 8192;
     fakelog_call("cuda", "swiglu_check", 1, &ok, 0);
+}
+
+static void fake_rmsnorm(void **p)
+{
+    uint64_t x = *(uint64_t *)p[0], gamma = *(uint64_t *)p[1], y = *(uint64_t *)p[4], rstd = *(uint64_t *)p[5],
+             y16 = *(uint64_t *)p[6];
+    float eps = *(float *)p[2];
+    int n = *(int *)p[3];
+    uint64_t ok = x != 0 && gamma != 0 && y != 0 && rstd != 0 && y16 != 0 && n == 2048 && eps == 1e-5f;
+    fakelog_call("cuda", "rmsnorm_check", 1, &ok, 0);
 }
 
 /* Every stream is being captured while FAKE_CAPTURING is set. */
@@ -153,17 +165,23 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
         return CUDA_ERROR_INVALID_IMAGE;
     static const size_t sizes[7] = {8, 8, 8, 8, 8, 8, 8};
     fake_kernel_init(&fake_module_kernels[0], "h3_swiglu_f16", 7, sizes, fake_swiglu);
+    static const size_t norm_sizes[7] = {8, 8, 4, 4, 8, 8, 8};
+    fake_kernel_init(&fake_module_kernels[1], "h3_rmsnorm_f32", 7, norm_sizes, fake_rmsnorm);
     *mod = (CUmodule)fake_module_kernels;
     return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name)
 {
-    if (mod != (CUmodule)fake_module_kernels || strcmp(name, "h3_swiglu_f16") != 0 ||
-        getenv("FAKE_NO_KERNEL") != NULL)
+    if (mod != (CUmodule)fake_module_kernels || getenv("FAKE_NO_KERNEL") != NULL)
         return CUDA_ERROR_NOT_FOUND;
-    *f = (CUfunction)&fake_module_kernels[0];
-    return CUDA_SUCCESS;
+    for (size_t i = 0; i < sizeof(fake_module_kernels) / sizeof(fake_module_kernels[0]); i++) {
+        if (strcmp(name, fake_module_kernels[i].name) == 0) {
+            *f = (CUfunction)&fake_module_kernels[i];
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_NOT_FOUND;
 }
 
 static const struct {

@@ -70,7 +70,7 @@ class Harness:
         self.start = time.time()
         self.work = args.work
         self.shim = args.shim if os.path.isfile(args.shim) else None
-        self.ops = os.environ.get("H3SHIM_OP_LIST", "swiglu weight_cache").split()
+        self.ops = os.environ.get("H3SHIM_OP_LIST", "swiglu weight_cache norm_cast").split()
         self.evidence = {"mode": args.mode, "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                          "config": self.cfg, "op_list": self.ops, "checks": {}, "arms": {}}
         for sub in ("logs", "out", "traces"):

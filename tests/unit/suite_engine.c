@@ -493,6 +493,79 @@ START_TEST(swiglu_replaces_silu_and_mul)
 }
 END_TEST
 
+START_TEST(norm_cast_replaces_each_norm_and_its_cast)
+{
+    T_NEEDS_KERNELS();
+    char *base = replay_with("base", t_disabled, NULL);
+    static const char *const env[] = {"H3SHIM_OP_NORM_CAST=1", NULL};
+    char *stats;
+    char *log = replay_with("norm_cast", env, &stats);
+    /* Two per block: norm1 (call 0) with the to_qkv input cast (call 3), and
+     * norm2 (call 30) with the w1 input cast (call 33); the weight casts
+     * between them stay. */
+    ck_assert_msg(strstr(stats, "op norm_cast    18 groups run (36 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "takes calls 0,3\n") != NULL || strstr(stats, "takes calls 0,3") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+    check_accounting_ops(stats);
+    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), 2 * T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 0 "), 0);
+    /* In place of the norm launches (grid 1797 = 0x705, block 32x4) and the
+     * input casts (grid 3594 = 0xe0a, block 128), everything else as without
+     * the shim, in the same order. */
+    char *want = log_without(base, "705", "20", NULL), *want2 = log_without(want, "e0a", "80", NULL);
+    char *got = log_without(log, "705", "20", "rmsnorm_check"), *got2 = log_without(got, "e0a", "80", NULL);
+    /* As many launches of that shape (the trace's 3 other norms among them);
+     * 18 input casts fewer. */
+    ck_assert_uint_eq(t_count_lines(base) - t_count_lines(want),
+                      t_count_lines(log) - t_count_lines(got) - 2 * T_INSTANCES /* rmsnorm_check lines */);
+    ck_assert_uint_eq((t_count_lines(want) - t_count_lines(want2)) - (t_count_lines(got) - t_count_lines(got2)),
+                      2 * T_INSTANCES);
+    ck_assert_msg(strcmp(want2, got2) == 0, "the other calls changed");
+    free(want);
+    free(want2);
+    free(got);
+    free(got2);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+START_TEST(norm_cast_falls_back_exactly)
+{
+    static const char *const env[] = {"H3SHIM_OP_NORM_CAST=1", "FAKE_NO_KERNEL=1", NULL};
+    char *base = replay_with("base", t_disabled, NULL);
+    char *stats;
+    char *log = replay_with("norm_cast-fallback", env, &stats);
+    const char *want = kernels_built() ? "op norm_cast    fallback kernel_missing       18"
+                                       : "op norm_cast    fallback no_kernels           18";
+    ck_assert_msg(strstr(stats, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats));
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+START_TEST(all_ops_share_the_block)
+{
+    /* norm_cast takes 0 and 3, weight_cache 1-2 and the GEMM, in one group. */
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    char *stats;
+    char *log = replay_with("all", env, &stats);
+    ck_assert_msg(strstr(stats, "op norm_cast    18 groups run (36 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op swiglu       9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), 2 * T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), T_INSTANCES);
+    free(stats);
+    free(log);
+}
+END_TEST
+
 /* Each fallback issues the unfused calls exactly, and is counted; `held`:
  * whether the group is still held back (an op that cannot run on this GPU
  * at all is known before, and then nothing is). */
@@ -574,7 +647,8 @@ START_TEST(switches_choose_the_ops)
         {{"H3SHIM_OPS=all", NULL}, "op swiglu       9 groups run", true},
         {{"H3SHIM_OPS=swiglu", NULL}, "op swiglu       9 groups run", true},
         {{"H3SHIM_OPS=none", "H3SHIM_OP_SWIGLU=1", NULL}, "op swiglu       9 groups run", true},
-        {{"H3SHIM_OPS=all", "H3SHIM_OP_SWIGLU=0", "H3SHIM_OP_WEIGHT_CACHE=0", NULL}, "passthrough  matching_off", false},
+        {{"H3SHIM_OPS=all", "H3SHIM_OP_SWIGLU=0", "H3SHIM_OP_WEIGHT_CACHE=0", "H3SHIM_OP_NORM_CAST=0", NULL},
+         "passthrough  matching_off", false},
         {{"H3SHIM_OPS=bogus", NULL}, "H3SHIM_OPS names 'bogus', which is not an op", false},
         {{"H3SHIM_OPS=none", "H3SHIM_OP_SWIGLU=yes", NULL}, "H3SHIM_OP_SWIGLU=yes: expected 0 or 1", false},
         /* With the replay op too, swiglu takes its two calls and replay the rest (calls 37-38 of that group). */
@@ -861,6 +935,9 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_drops_everything_at_an_nccl_launch);
     tcase_add_test(ops, swiglu_and_weight_cache_share_a_group);
     tcase_add_test(ops, switches_choose_the_ops);
+    tcase_add_test(ops, norm_cast_replaces_each_norm_and_its_cast);
+    tcase_add_test(ops, norm_cast_falls_back_exactly);
+    tcase_add_test(ops, all_ops_share_the_block);
     suite_add_tcase(s, ops);
     return s;
 }
