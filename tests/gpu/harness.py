@@ -7,7 +7,7 @@ process's environment from its start:
   A      no shim
   B      shim, H3SHIM_OPS=none
   C      shim with H3SHIM_TRACE (H3SHIM_OPS left at the shim's default)
-  op:X   shim, H3SHIM_OPS=X for each X in $H3SHIM_OP_LIST (space separated; default: swiglu weight_cache)
+  op:X   shim, H3SHIM_OPS=X for each X in $H3SHIM_OP_LIST (space separated; default: swiglu weight_cache norm_cast)
   all    shim, H3SHIM_OPS=all
 
 Steps: versions; the tiling arithmetic; the checkpoint loader; correctness
