@@ -632,7 +632,7 @@ void h3_stats_count(const struct h3_call *c);
 /* One observed call: `own_ns` of the shim's own host time before it was
  * forwarded, `forward_ns` spent in real calls the shim made meanwhile on the
  * application's behalf (h3_forward_begin/end). */
-void h3_stats_shim_time(uint64_t own_ns, uint64_t forward_ns);
+void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t forward_ns);
 
 /* Host time, during the current observed call of this thread, of the real
  * calls the shim made for the application: held launches issued, ops'

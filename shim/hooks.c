@@ -53,7 +53,7 @@ static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn)
 static inline void h3_call_decided(struct h3_call *c)
 {
     if (h3_config.stats)
-        h3_stats_shim_time(h3_now_ns() - c->t0_ns - h3_forward_ns, h3_forward_ns);
+        h3_stats_shim_time(c->fn, h3_now_ns() - c->t0_ns - h3_forward_ns, h3_forward_ns);
 }
 
 /* Whether configuration calls must be remembered: the shim is active and

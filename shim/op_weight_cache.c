@@ -43,7 +43,9 @@ static struct {
     unsigned n;
     size_t bytes;
     atomic_uint live; /* entries, for the fast "nothing cached" test */
-    uint64_t lo, hi;  /* bounds of every source */
+    uint64_t lo, hi;  /* bounds of every valid source */
+    unsigned order[H3_WC_MAX]; /* entry indices by source address */
+    uint64_t maxlen;  /* the longest source, in bytes */
     atomic_ulong hits, fills, drops;
 } h3_wc = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -135,6 +137,20 @@ static unsigned h3_wc_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
 
 /* ---- the cache ---- */
 
+/* The first position in the source order whose source is at least `src`. Locked. */
+static unsigned h3_wc_lower_bound(uint64_t src)
+{
+    unsigned a = 0, b = h3_wc.n;
+    while (a < b) {
+        unsigned m = a + (b - a) / 2;
+        if (h3_wc.e[h3_wc.order[m]].src < src)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return a;
+}
+
 static void h3_wc_bounds(void)
 {
     uint64_t lo = UINT64_MAX, hi = 0;
@@ -158,8 +174,11 @@ static void h3_wc_drop(uint64_t lo, uint64_t hi)
         return;
     pthread_mutex_lock(&h3_wc.lock);
     bool any = false;
-    for (unsigned i = 0; i < h3_wc.n; i++) {
-        struct h3_wc_entry *e = &h3_wc.e[i];
+    /* Every source that can overlap [lo, hi) starts in [lo - maxlen, hi):
+     * a binary search finds the first, whatever the sources overlap. */
+    for (unsigned p = h3_wc_lower_bound(lo > h3_wc.maxlen ? lo - h3_wc.maxlen : 0);
+         p < h3_wc.n && h3_wc.e[h3_wc.order[p]].src < hi; p++) {
+        struct h3_wc_entry *e = &h3_wc.e[h3_wc.order[p]];
         if (e->valid && e->src < hi && lo < e->src + 4 * e->n) {
             e->valid = false;
             any = true;
@@ -232,9 +251,11 @@ void h3_wcache_observe(const struct h3_call *c)
 /* The entry for (src, n, stream), added if new; NULL with *why when it cannot be. Locked. */
 static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *stream, const char **why)
 {
-    for (unsigned i = 0; i < h3_wc.n; i++)
-        if (h3_wc.e[i].src == src && h3_wc.e[i].n == n && h3_wc.e[i].stream == stream)
-            return &h3_wc.e[i];
+    for (unsigned p = h3_wc_lower_bound(src); p < h3_wc.n && h3_wc.e[h3_wc.order[p]].src == src; p++) {
+        struct h3_wc_entry *e = &h3_wc.e[h3_wc.order[p]];
+        if (e->n == n && e->stream == stream)
+            return e;
+    }
     size_t bytes = 2 * n;
     if (h3_wc.n == H3_WC_MAX || h3_wc.bytes + bytes > (size_t)h3_config.weight_cache_max_mb << 20) {
         *why = "cache_full";
@@ -255,6 +276,13 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
     }
     h3_wc.bytes += bytes;
     h3_wc.e[h3_wc.n] = (struct h3_wc_entry){src, n, stream, dst, false};
+    unsigned p = h3_wc.n;
+    while (p > 0 && h3_wc.e[h3_wc.order[p - 1]].src > src) {
+        h3_wc.order[p] = h3_wc.order[p - 1];
+        p--;
+    }
+    h3_wc.order[p] = h3_wc.n;
+    h3_wc.maxlen = 4 * n > h3_wc.maxlen ? 4 * n : h3_wc.maxlen;
     return &h3_wc.e[h3_wc.n++];
 }
 
@@ -348,13 +376,15 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     }
     struct h3_wc_entry *e[2] = {ew, eb};
     const uint32_t cast[2] = {x.w, x.b};
+    bool filled = false;
     for (int i = 0; i < 2; i++) {
         if (!e[i]->valid)
-            h3_wc_fill(&calls[cast[i]], e[i]->dst);
+            h3_wc_fill(&calls[cast[i]], e[i]->dst), filled = true;
         atomic_fetch_add_explicit(e[i]->valid ? &h3_wc.hits : &h3_wc.fills, 1, memory_order_relaxed);
         e[i]->valid = true;
     }
-    h3_wc_bounds();
+    if (filled)
+        h3_wc_bounds();
     CUdeviceptr dst_w = ew->dst;
     pthread_mutex_unlock(&h3_wc.lock);
     const struct h3_lt_desc *lt = &anchor->u.lt;

@@ -54,13 +54,15 @@ def main():
                     help="comma-separated subset of A,S,G,SG,R,RG,O,OG (A always runs; O and OG: H3SHIM_OPS=--ops)")
     ap.add_argument("--ops", default="swiglu", help="H3SHIM_OPS of arms O and OG")
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
+    ap.add_argument("--shim-b", help="another build of the shim: arm P runs it eager with H3SHIM_OPS=--ops, "
+                                     "alternating with O, to compare two builds in one run")
     a = ap.parse_args()
     replay = {"H3SHIM_OP_REPLAY": "1", "H3SHIM_OPS": "none"}
     ops = {"H3SHIM_OPS": a.ops}
     arms = {"A": (None, False, {}), "S": (a.shim, False, {}), "G": (None, True, {}), "SG": (a.shim, True, {}),
             "R": (a.shim, False, replay), "RG": (a.shim, True, replay),
-            "O": (a.shim, False, ops), "OG": (a.shim, True, ops)}
-    arms = {k: v for k, v in arms.items() if k == "A" or k in a.arms.split(",")}
+            "O": (a.shim, False, ops), "OG": (a.shim, True, ops), "P": (a.shim_b, False, ops)}
+    arms = {k: v for k, v in arms.items() if k == "A" or k in a.arms.split(",") or (k == "P" and a.shim_b)}
     docs = {k: [] for k in arms}
     for _ in range(a.rounds):
         for name, (shim, graphs, shim_env) in arms.items():
@@ -123,7 +125,8 @@ def main():
              f"{plan.get('frames')} frames of {plan.get('height')}x{plan.get('width')}; torch {env.get('torch')}; "
              f"{a.rounds} rounds x {a.requests} requests per arm, arms alternating; speed-ups against the "
              "unshimmed arm of the same mode. S/SG: the shim with its defaults; R/RG: the replay op holds back "
-             f"and replays every group; O/OG: H3SHIM_OPS={a.ops}.", "",
+             f"and replays every group; O/OG: H3SHIM_OPS={a.ops}"
+             + (f"; P: the same ops with the shim build {a.shim_b}" if a.shim_b else "") + ".", "",
              "| arm | shim | CUDA graphs | ViT calls | output | bitwise = A | median ms/request | speed-up "
              "| GPU memory used, MiB (PyTorch peak reserved) |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -50,7 +50,11 @@ def serve(latent, shim, env_add):
     doc = json.loads(p.stdout)
     return {"median_ms_per_request": doc["summary"]["median_ms"],
             **{k: s.get(k) for k in ("host_ns_per_call", "forward_ns_per_call", "host_ns_quantiles")},
-            "stats_lines": [line for line in p.stderr.splitlines() if "shim host time" in line]}
+            "stats_lines": [line for line in p.stderr.splitlines() if "shim host time" in line],
+            # The per-entry-point table: calls, errors, the shim's own ns per call.
+            "api_own_ns": [line.split("stats: ", 1)[1] for line in p.stderr.splitlines()
+                           if "stats: " in line and line.rstrip().split()[-1].isdigit() and
+                           len(line.split("stats: ", 1)[1].split()) == 4]}
 
 
 def main():
@@ -62,7 +66,8 @@ def main():
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no-gpu"
     arms = {"observe only (H3SHIM_OPS=none)": {"H3SHIM_OPS": "none"},
             "matcher (H3SHIM_MATCH=1, H3SHIM_OPS=none)": {"H3SHIM_OPS": "none", "H3SHIM_MATCH": "1"},
-            "defaults": {}}
+            "defaults": {},
+            "all ops (H3SHIM_OPS=all)": {"H3SHIM_OPS": "all"}}
     doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "latent": a.latent,
            "clock": clock(), "in_process": {k: serve(a.latent, a.shim, e) for k, e in arms.items()}}
     stem = f"{datetime.date.today().isoformat()}-{gpu.lower().replace(' ', '-')}-host-time"
@@ -86,6 +91,10 @@ def main():
         fmt = lambda k: "-".join(map(str, q[k])) if k in q else "?"  # noqa: E731
         lines.append(f"| {name} | {r['host_ns_per_call']} | {fmt('p50')} | {fmt('p90')} | {fmt('p99')} | "
                      f"{r['forward_ns_per_call']} |")
+    for name, r in doc["in_process"].items():
+        if r.get("api_own_ns"):
+            lines += ["", f"Per entry point, {name}: calls, errors, the shim's own ns per call", "", "```"]
+            lines += r["api_own_ns"] + ["```"]
     lines.append("")
     with open(os.path.join(out_dir, stem + ".md"), "w") as f:
         f.write("\n".join(lines))
