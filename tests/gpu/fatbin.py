@@ -48,3 +48,20 @@ def bits_differing(a, b):
     """Elements whose raw bits differ (NaN payloads included)."""
     view = {torch.float16: torch.int16, torch.float32: torch.int32}[a.dtype]
     return int((a.contiguous().view(view) != b.contiguous().view(view)).sum())
+
+
+def report(kernel, cases, **extra):
+    """Writes a kernel test's JSON document on stdout (every case's counts of
+    differing bits are its keys ending in `_bits_differing`) and a one-line
+    summary on stderr; returns the exit status: 0 when no bit differs."""
+    import json
+    import sys
+    total = sum(c["elements"] for c in cases)
+    bad = sum(v for c in cases for k, v in c.items() if k.endswith("_bits_differing"))
+    doc = {"kernel": kernel, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cuda": torch.version.cuda, **extra, "cases": cases, "elements": total, "bits_differing": bad,
+           "pass": bad == 0}
+    json.dump(doc, sys.stdout, indent=1)
+    print()
+    print(f"{kernel}: {len(cases)} cases, {total} elements, {bad} differing outputs", file=sys.stderr)
+    return 0 if bad == 0 else 1

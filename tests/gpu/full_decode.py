@@ -15,7 +15,6 @@ import argparse
 import datetime
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -113,12 +112,6 @@ def main():
             arm["speedup_vs_unshimmed_same_mode"] = ref_ms / arm["median_ms_per_request"]
     result["pass"] = ok
     env = result.get("environment", {})
-    gpu = str(env.get("gpu", "gpu")).lower().replace(" ", "-")
-    stem = f"{datetime.date.today().isoformat()}-{gpu}-full-decode{a.tag}"
-    out_dir = os.path.join(ROOT, "tests", "evidence")
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, stem + ".json"), "w") as f:
-        json.dump(result, f, indent=1)
     plan = result.get("plan", {})
     lines = [f"# Full H3 decode, {env.get('gpu', '?')}, {datetime.date.today().isoformat()}", "",
              f"latent [{a.latent}]: {plan.get('vit_calls')} ViT calls, {plan.get('block_calls')} block calls, "
@@ -154,12 +147,7 @@ def main():
                 if extra:
                     lines.append("- " + "; ".join(extra))
     lines += ["", f"Result: {'pass' if ok else 'FAIL'}", ""]
-    with open(os.path.join(out_dir, stem + ".md"), "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
-    if os.environ.get("OUT"):
-        for ext in (".json", ".md"):
-            shutil.copy(os.path.join(out_dir, stem + ext), os.environ["OUT"])
+    shimstats.write_evidence(env.get("gpu", "gpu"), f"full-decode{a.tag}", result, lines)
     return 0 if ok else 1
 
 

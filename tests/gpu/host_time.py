@@ -19,7 +19,6 @@ import argparse
 import datetime
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -70,10 +69,6 @@ def main():
             "all ops (H3SHIM_OPS=all)": {"H3SHIM_OPS": "all"}}
     doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "latent": a.latent,
            "clock": clock(), "in_process": {k: serve(a.latent, a.shim, e) for k, e in arms.items()}}
-    stem = f"{datetime.date.today().isoformat()}-{gpu.lower().replace(' ', '-')}-host-time"
-    out_dir = os.path.join(ROOT, "tests", "evidence")
-    with open(os.path.join(out_dir, stem + ".json"), "w") as f:
-        json.dump(doc, f, indent=1)
     lines = [f"# The shim's own host time per call, {gpu}, {datetime.date.today().isoformat()}", "",
              f"torch {doc['torch']}, CUDA {doc['cuda']}; clock source {doc['clock']['clocksource']} "
              f"({doc['clock']['python_perf_counter_ns_per_read']:.0f} ns per clock read from Python).", "",
@@ -96,12 +91,7 @@ def main():
             lines += ["", f"Per entry point, {name}: calls, errors, the shim's own ns per call", "", "```"]
             lines += r["api_own_ns"] + ["```"]
     lines.append("")
-    with open(os.path.join(out_dir, stem + ".md"), "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
-    if os.environ.get("OUT"):
-        for ext in (".json", ".md"):
-            shutil.copy(os.path.join(out_dir, stem + ext), os.environ["OUT"])
+    shimstats.write_evidence(gpu, "host-time", doc, lines)
     return 0
 
 

@@ -83,3 +83,21 @@ def ops_verdict(stats, blocks, ops):
             + f"; fallbacks {s['fallbacks'] or 'none'}; flushes {s['flushes'] or 'none'}; "
               f"{s.get('issue_errors')} issue errors")
     return ok, text
+
+
+def write_evidence(gpu, name, doc, lines):
+    """Writes tests/evidence/<date>-<gpu>-<name>.json (doc) and .md (lines),
+    prints the markdown, and copies both to $OUT when set."""
+    import datetime
+    import json
+    import shutil
+    stem = f"{datetime.date.today().isoformat()}-{str(gpu).lower().replace(' ', '-')}-{name}"
+    out_dir = os.path.join(ROOT, "tests", "evidence")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, stem + ".json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(os.path.join(out_dir, stem + ".md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+    for ext in (".json", ".md") if os.environ.get("OUT") else ():
+        shutil.copy(os.path.join(out_dir, stem + ext), os.environ["OUT"])

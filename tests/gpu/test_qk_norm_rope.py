@@ -17,7 +17,6 @@ Writes a JSON document on stdout; exit status 0 when zero bits differ.
 """
 import argparse
 import ctypes
-import json
 import os
 import sys
 
@@ -27,7 +26,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
-from fatbin import DEFAULT, Fatbin, bits_differing, ptr  # noqa: E402  (beside this script)
+from fatbin import DEFAULT, Fatbin, bits_differing, ptr, report  # noqa: E402  (beside this script)
 import h3_vae  # noqa: E402
 
 HEADS, DIM, EPS = 32, 64, 1e-5
@@ -106,14 +105,7 @@ def main():
     cb = torch.randint(-32768, 32768, (1, 4096, 1, 48), generator=gen, device="cuda", dtype=torch.int32)
     run("random bit patterns", raw, cb.to(torch.int16).view(torch.float16), cb.flip(1).to(torch.int16).view(torch.float16))
 
-    total = sum(c["elements"] for c in cases)
-    bad = sum(c["q_bits_differing"] + c["k_bits_differing"] for c in cases)
-    doc = {"kernel": "h3_qk_norm_rope_f16", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "cuda": torch.version.cuda, "cases": cases, "elements": total, "bits_differing": bad, "pass": bad == 0}
-    json.dump(doc, sys.stdout, indent=1)
-    print()
-    print(f"qk_norm_rope: {len(cases)} cases, {total} elements, {bad} differing outputs", file=sys.stderr)
-    return 0 if bad == 0 else 1
+    return report("h3_qk_norm_rope_f16", cases)
 
 
 if __name__ == "__main__":

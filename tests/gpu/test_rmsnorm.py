@@ -19,7 +19,6 @@ stdout; exit status 0 when zero bits differ.
 """
 import argparse
 import ctypes
-import json
 import os
 import sys
 
@@ -27,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fatbin import DEFAULT, Fatbin, bits_differing, ptr  # noqa: E402  (beside this script)
+from fatbin import DEFAULT, Fatbin, bits_differing, ptr, report  # noqa: E402  (beside this script)
 
 EPS = 1e-5
 
@@ -127,15 +126,7 @@ def main():
     # Another eps.
     run("eps 1e-6 [1797,2048]", randn(1797, 2048, scale=1e-3), g2048, eps=1e-6)
 
-    total = sum(c["elements"] for c in cases)
-    bad = sum(c["y_bits_differing"] + c["rstd_bits_differing"] + c["y16_bits_differing"] for c in cases)
-    doc = {"kernel": "h3_rmsnorm_f32", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "cuda": torch.version.cuda, "reference_kernels": {f"n={n} weight={w}": k for (n, w), k in kernels.items()},
-           "cases": cases, "elements": total, "bits_differing": bad, "pass": bad == 0}
-    json.dump(doc, sys.stdout, indent=1)
-    print()
-    print(f"rmsnorm: {len(cases)} cases, {total} elements, {bad} differing outputs", file=sys.stderr)
-    return 0 if bad == 0 else 1
+    return report("h3_rmsnorm_f32", cases, reference_kernels={f"n={n} weight={w}": k for (n, w), k in kernels.items()})
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Writes a JSON document on stdout; exit status 0 when zero bits differ.
 """
 import argparse
 import ctypes
-import json
 import os
 import sys
 
@@ -24,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fatbin import DEFAULT, Fatbin, bits_differing, ptr  # noqa: E402  (beside this script)
+from fatbin import DEFAULT, Fatbin, bits_differing, ptr, report  # noqa: E402  (beside this script)
 
 
 class Kernel:
@@ -86,14 +85,7 @@ def main():
     # A strided input, as in the block: the gate and up halves of one GEMM output.
     big = (torch.randn(1797, 2 * 8192, generator=gen, device="cuda") * 4).to(torch.float16)
     run("H3 block layout [1797, 16384]", big, 8192)
-    total = sum(c["elements"] for c in cases)
-    bad = sum(c["silu_bits_differing"] + c["out_bits_differing"] for c in cases)
-    doc = {"kernel": "h3_swiglu_f16", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "cuda": torch.version.cuda, "cases": cases, "elements": total, "bits_differing": bad, "pass": bad == 0}
-    json.dump(doc, sys.stdout, indent=1)
-    print()
-    print(f"swiglu: {len(cases)} cases, {total} elements, {bad} differing outputs", file=sys.stderr)
-    return 0 if bad == 0 else 1
+    return report("h3_swiglu_f16", cases)
 
 
 if __name__ == "__main__":
