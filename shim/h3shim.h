@@ -86,6 +86,7 @@ struct h3_config {
     const char *op_swiglu;
     const char *op_weight_cache;
     const char *op_norm_cast;
+    const char *op_residual_norm;
     long weight_cache_max_mb;
     long weight_cache_min_free_pct;
     const char *sm_allow;
@@ -530,6 +531,20 @@ const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *cal
 /* An anchored range's check (its op's `check`), the fallback counted. */
 const char *h3_op_check_range(const struct h3_op_range *r, const struct h3_deferred *calls,
                               struct h3_call *anchor);
+/* For planners: the u32 of a launch's recorded bytes at (param, offset),
+ * false if those bytes are not recorded (compared). */
+bool h3_sig_u32(const struct h3_sig_call *c, uint16_t param, uint16_t offset, uint32_t *out);
+/* An elementwise_kernel<128,4> closure's 2-D layout: element count, sizes,
+ * and each operand's element size and row stride in bytes. */
+struct h3_ew2d {
+    uint32_t n, width, rows;
+    uint32_t elem[3], row[3];
+};
+/* Reads the closure with OffsetCalculator<nargs> at offset 0 of param 1. */
+bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew2d *l);
+/* Offset in param 1 of that closure's data pointers (after the OffsetCalculator). */
+#define H3_EW2D_DATA(nargs) ((4 + 25 * 12 + 25 * (nargs) * 4 + 7) & ~7)
+
 /* Calls an op replaces in range `r`: its launches, and its anchor. */
 static inline unsigned h3_op_range_calls(const struct h3_op_range *r)
 {
@@ -538,7 +553,7 @@ static inline unsigned h3_op_range_calls(const struct h3_op_range *r)
 void h3_ops_print_stats(void (*line)(const char *fmt, ...));
 void h3_ops_reset(void);
 
-extern const struct h3_op h3_op_replay, h3_op_swiglu, h3_op_weight_cache, h3_op_norm_cast;
+extern const struct h3_op h3_op_replay, h3_op_swiglu, h3_op_weight_cache, h3_op_norm_cast, h3_op_residual_norm;
 
 /* ---- op_weight_cache.c ---- */
 

@@ -24,40 +24,6 @@ enum { SW_ROWS, SW_WIDTH, SW_IN_STRIDE, SW_SILU_OUT, SW_SILU_IN, SW_MUL_OUT };
  * ...-full-decode-swiglu.md (full decode bitwise equal, eager and graphs). */
 static const int h3_swiglu_validated[] = {90};
 
-/* u32 of a launch's recorded bytes at (param, offset); false if not recorded. */
-static bool h3_sig_u32(const struct h3_sig_call *c, uint16_t param, uint16_t offset, uint32_t *out)
-{
-    for (uint32_t i = 0; i < c->nbytes; i++) {
-        const struct h3_sig_bytes *b = &c->bytes[i];
-        if (b->param == param && b->offset <= offset && offset + 4 <= b->offset + b->len) {
-            memcpy(out, b->data + (offset - b->offset), 4);
-            return true;
-        }
-    }
-    return false;
-}
-
-/* The element-wise closure's 2-D layout: count, sizes, and each operand's row stride in bytes. */
-struct h3_ew2d {
-    uint32_t n, width, rows;
-    uint32_t elem[3], row[3];
-};
-
-/* Reads an elementwise_kernel<128,4> closure with OffsetCalculator<nargs> at offset 0 of param 1. */
-static bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew2d *l)
-{
-    uint32_t dims;
-    if (c->nparams != 2 || !h3_sig_u32(c, 0, 0, &l->n) || !h3_sig_u32(c, 1, 0, &dims) || dims != 2 ||
-        !h3_sig_u32(c, 1, 4, &l->width) || !h3_sig_u32(c, 1, 16, &l->rows))
-        return false;
-    const uint16_t strides = 4 + 25 * 12;
-    for (unsigned a = 0; a < nargs; a++)
-        if (!h3_sig_u32(c, 1, (uint16_t)(strides + 4 * a), &l->elem[a]) ||
-            !h3_sig_u32(c, 1, (uint16_t)(strides + 4 * nargs + 4 * a), &l->row[a]))
-            return false;
-    return l->n == l->width * l->rows;
-}
-
 static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
                                unsigned max)
 {
@@ -76,7 +42,7 @@ static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_
             ls.row[0] != w2 || lm.row[0] != w2 || lm.row[1] != w2 || lm.row[2] != ls.row[1] || ls.row[1] % 2)
             continue;
         /* The data pointers right after the OffsetCalculator: silu (out, in), mul (out, a, b). */
-        const uint16_t data_s = (4 + 25 * 12 + 25 * 2 * 4 + 7) & ~7, data_m = (4 + 25 * 12 + 25 * 3 * 4 + 7) & ~7;
+        const uint16_t data_s = H3_EW2D_DATA(2), data_m = H3_EW2D_DATA(3);
         int so = h3_sig_slot_at(s, 1, data_s), si = h3_sig_slot_at(s, 1, data_s + 8);
         int mo = h3_sig_slot_at(m, 1, data_m), ma = h3_sig_slot_at(m, 1, data_m + 8), mb = h3_sig_slot_at(m, 1, data_m + 16);
         if (so < 0 || si < 0 || mo < 0 || ma < 0 || mb < 0)

@@ -42,7 +42,10 @@ const struct h3_op h3_op_replay = {
     .run = h3_replay_run,
 };
 
-static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu, &h3_op_weight_cache, &h3_op_norm_cast};
+/* Planned from the last to the first: an op that takes more of a group (residual_norm)
+ * comes after one that takes a part of it (norm_cast). */
+static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu, &h3_op_weight_cache, &h3_op_norm_cast,
+                                             &h3_op_residual_norm};
 #define H3_OPS_COUNT H3_ARRAY_LEN(h3_ops)
 
 #define H3_OP_REASONS 8
@@ -248,4 +251,34 @@ void h3_ops_reset(void)
             atomic_store(&h3_op_counts[i].fallbacks[s], 0);
         }
     }
+}
+
+/* ---- what planners read from a signature ---- */
+
+/* u32 of a launch's recorded bytes at (param, offset); false if not recorded. */
+bool h3_sig_u32(const struct h3_sig_call *c, uint16_t param, uint16_t offset, uint32_t *out)
+{
+    for (uint32_t i = 0; i < c->nbytes; i++) {
+        const struct h3_sig_bytes *b = &c->bytes[i];
+        if (b->param == param && b->offset <= offset && offset + 4 <= b->offset + b->len) {
+            memcpy(out, b->data + (offset - b->offset), 4);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Reads an elementwise_kernel<128,4> closure with OffsetCalculator<nargs> at offset 0 of param 1. */
+bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew2d *l)
+{
+    uint32_t dims;
+    if (c->nparams != 2 || !h3_sig_u32(c, 0, 0, &l->n) || !h3_sig_u32(c, 1, 0, &dims) || dims != 2 ||
+        !h3_sig_u32(c, 1, 4, &l->width) || !h3_sig_u32(c, 1, 16, &l->rows))
+        return false;
+    const uint16_t strides = 4 + 25 * 12;
+    for (unsigned a = 0; a < nargs; a++)
+        if (!h3_sig_u32(c, 1, (uint16_t)(strides + 4 * a), &l->elem[a]) ||
+            !h3_sig_u32(c, 1, (uint16_t)(strides + 4 * nargs + 4 * a), &l->row[a]))
+            return false;
+    return l->n == l->width * l->rows;
 }

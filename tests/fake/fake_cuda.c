@@ -16,7 +16,7 @@
  * that was held back and issued later passes a copy of the parameters).
  */
 /* The kernels of the fake module (see cuModuleLoadData below). */
-static struct fake_kernel fake_module_kernels[2];
+static struct fake_kernel fake_module_kernels[3];
 
 static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream stream, void **params)
@@ -24,7 +24,7 @@ static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, u
     struct fake_kernel *k = fake_kernel_lookup(handle);
     if (k == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (k >= fake_module_kernels && k < fake_module_kernels + 2 && getenv("FAKE_LAUNCH_FAIL") != NULL)
+    if (k >= fake_module_kernels && k < fake_module_kernels + 3 && getenv("FAKE_LAUNCH_FAIL") != NULL)
         return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     uint64_t h = 0xcbf29ce484222325ull;
     for (unsigned i = 0; i < k->nparams && params != NULL; i++)
@@ -130,7 +130,9 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
  * "swiglu_check" with 1 when its arguments have the H3 block's layout (the up
  * half 8192 elements after the gate, rows of 16384, 1797 rows of 8192);
  * h3_rmsnorm_f32 logs "rmsnorm_check" with 1 when its arguments are the H3
- * block's norm (rows of 2048, eps 1e-5, a weight, all three outputs).
+ * block's norm (rows of 2048, eps 1e-5, a weight, all three outputs);
+ * h3_residual_rmsnorm_f32 logs "residual_check" likewise (b16 rows of 2048
+ * too, all twelve arguments set).
  */
 static void fake_swiglu(void **p)
 {
@@ -150,6 +152,15 @@ static void fake_rmsnorm(void **p)
     fakelog_call("cuda", "rmsnorm_check", 1, &ok, 0);
 }
 
+static void fake_residual(void **p)
+{
+    uint64_t ok = *(long long *)p[1] == 2048 && *(float *)p[7] == 1e-5f && *(int *)p[8] == 2048;
+    for (int i = 0; i < 12; i++)
+        if (i != 1 && i != 7 && i != 8)
+            ok &= *(uint64_t *)p[i] != 0;
+    fakelog_call("cuda", "residual_check", 1, &ok, 0);
+}
+
 /* Every stream is being captured while FAKE_CAPTURING is set. */
 FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
 {
@@ -167,6 +178,8 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
     fake_kernel_init(&fake_module_kernels[0], "h3_swiglu_f16", 7, sizes, fake_swiglu);
     static const size_t norm_sizes[7] = {8, 8, 4, 4, 8, 8, 8};
     fake_kernel_init(&fake_module_kernels[1], "h3_rmsnorm_f32", 7, norm_sizes, fake_rmsnorm);
+    static const size_t residual_sizes[12] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 8, 8, 8};
+    fake_kernel_init(&fake_module_kernels[2], "h3_residual_rmsnorm_f32", 12, residual_sizes, fake_residual);
     *mod = (CUmodule)fake_module_kernels;
     return CUDA_SUCCESS;
 }

@@ -534,12 +534,16 @@ END_TEST
 
 START_TEST(norm_cast_falls_back_exactly)
 {
-    static const char *const env[] = {"H3SHIM_OP_NORM_CAST=1", "FAKE_NO_KERNEL=1", NULL};
+    /* With residual_norm on too: it takes norm2, norm_cast norm1. */
+    static const char *const env[] = {"H3SHIM_OP_NORM_CAST=1", "H3SHIM_OP_RESIDUAL_NORM=1", "FAKE_NO_KERNEL=1", NULL};
     char *base = replay_with("base", t_disabled, NULL);
     char *stats;
     char *log = replay_with("norm_cast-fallback", env, &stats);
-    const char *want = kernels_built() ? "op norm_cast    fallback kernel_missing       18"
-                                       : "op norm_cast    fallback no_kernels           18";
+    const char *want = kernels_built() ? "op norm_cast    fallback kernel_missing       9"
+                                       : "op norm_cast    fallback no_kernels           9";
+    ck_assert_msg(strstr(stats, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats));
+    want = kernels_built() ? "op residual_norm fallback kernel_missing       9"
+                           : "op residual_norm fallback no_kernels           9";
     ck_assert_msg(strstr(stats, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats));
     ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
     free(stats);
@@ -548,18 +552,43 @@ START_TEST(norm_cast_falls_back_exactly)
 }
 END_TEST
 
+START_TEST(residual_norm_replaces_the_mid_block_residual_and_norm)
+{
+    T_NEEDS_KERNELS();
+    char *base = replay_with("base", t_disabled, NULL);
+    static const char *const env[] = {"H3SHIM_OP_RESIDUAL_NORM=1", NULL};
+    char *stats;
+    char *log = replay_with("residual_norm", env, &stats);
+    /* Calls 28 (mul), 29 (add), 30 (norm2) and 33 (w1's input cast) of each
+     * block; the weight casts 31-32 stay where they are. */
+    ck_assert_msg(strstr(stats, "op residual_norm 9 groups run (36 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "takes calls 28,29,30,33") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+    check_accounting_ops(stats);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 "), T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_check 0 "), 0);
+    ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(base, "exec ") - 3 * T_INSTANCES);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
 START_TEST(all_ops_share_the_block)
 {
-    /* norm_cast takes 0 and 3, weight_cache 1-2 and the GEMM, in one group. */
+    /* norm_cast takes 0 and 3, weight_cache 1-2 and the GEMM, in one group;
+     * residual_norm 28-30 and 33 with weight_cache's 31-32 between. */
     T_NEEDS_KERNELS();
     static const char *const env[] = {"H3SHIM_OPS=all", NULL};
     char *stats;
     char *log = replay_with("all", env, &stats);
-    ck_assert_msg(strstr(stats, "op norm_cast    18 groups run (36 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op norm_cast    9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op residual_norm 9 groups run (36 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op swiglu       9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
-    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), 2 * T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), T_INSTANCES);
     free(stats);
     free(log);
@@ -635,7 +664,7 @@ START_TEST(switches_choose_the_ops)
     T_NEEDS_KERNELS();
     char *base = replay_with("base", t_disabled, NULL);
     struct {
-        const char *env[5];
+        const char *env[6];
         const char *expect;
         bool fused; /* the op ran: the log differs from the unshimmed one */
     } cases[] = {
@@ -647,7 +676,8 @@ START_TEST(switches_choose_the_ops)
         {{"H3SHIM_OPS=all", NULL}, "op swiglu       9 groups run", true},
         {{"H3SHIM_OPS=swiglu", NULL}, "op swiglu       9 groups run", true},
         {{"H3SHIM_OPS=none", "H3SHIM_OP_SWIGLU=1", NULL}, "op swiglu       9 groups run", true},
-        {{"H3SHIM_OPS=all", "H3SHIM_OP_SWIGLU=0", "H3SHIM_OP_WEIGHT_CACHE=0", "H3SHIM_OP_NORM_CAST=0", NULL},
+        {{"H3SHIM_OPS=all", "H3SHIM_OP_SWIGLU=0", "H3SHIM_OP_WEIGHT_CACHE=0", "H3SHIM_OP_NORM_CAST=0",
+          "H3SHIM_OP_RESIDUAL_NORM=0", NULL},
          "passthrough  matching_off", false},
         {{"H3SHIM_OPS=bogus", NULL}, "H3SHIM_OPS names 'bogus', which is not an op", false},
         {{"H3SHIM_OPS=none", "H3SHIM_OP_SWIGLU=yes", NULL}, "H3SHIM_OP_SWIGLU=yes: expected 0 or 1", false},
@@ -937,6 +967,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, switches_choose_the_ops);
     tcase_add_test(ops, norm_cast_replaces_each_norm_and_its_cast);
     tcase_add_test(ops, norm_cast_falls_back_exactly);
+    tcase_add_test(ops, residual_norm_replaces_the_mid_block_residual_and_norm);
     tcase_add_test(ops, all_ops_share_the_block);
     suite_add_tcase(s, ops);
     return s;

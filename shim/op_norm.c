@@ -1,0 +1,273 @@
+/*
+ * The RMSNorm ops (kernels/rmsnorm.cu, which repeats the reduction order of
+ * vectorized_layer_norm_kernel<float, float, true> for its 32x4 launch):
+ *
+ *   norm_cast      the FP32 RMSNorm launch and the autocast FP16 cast of its
+ *                  output for the next GEMM, as one kernel;
+ *   residual_norm  the scaled residual before it (a FP32 mul of the FP16
+ *                  GEMM output by the scale, then the add to h) too.
+ *
+ * Planning reads the signature: a vectorized_layer_norm_kernel<float, float,
+ * true> launch of 32x4 threads, rows of N floats (N % 4 == 0) with no beta
+ * and no mean (compared bytes: zero), a weight, rstd and output; then, later
+ * in its group, a vectorized float16_copy launch whose input is that output
+ * (a reference in the signature), with no call in between touching it.  The
+ * other calls in between (the block's weight casts) stay where they are.
+ * The op runs where the norm was launched and writes everything the two
+ * launches wrote: the FP32 output, rstd, and the FP16 copy.
+ */
+#include "h3shim.h"
+
+#include <string.h>
+
+/* Where each planned value lives in h3_op_range.arg (calls relative to the range's first). */
+enum { NC_NORM, NC_CAST, RN_ADD };
+
+/* Validated: tests/evidence/2026-11-29-nvidia-h200-rmsnorm-kernel.md (the kernel against
+ * PyTorch, 163 M elements, 0 bits differing) and ...-full-decode-norm-cast.md, ...-all-ops.md
+ * (full decode bitwise equal with the op in every block, eager and CUDA graphs). */
+static const int h3_norm_cast_validated[] = {90};
+
+/* Whether param `param` of call `c` has its `len` recorded bytes at offset 0, all zero. */
+static bool h3_nc_zero_bytes(const struct h3_sig_call *c, uint16_t param, uint16_t len)
+{
+    for (uint32_t i = 0; i < c->nbytes; i++) {
+        const struct h3_sig_bytes *b = &c->bytes[i];
+        if (b->param != param || b->offset != 0 || b->len < len)
+            continue;
+        for (uint16_t k = 0; k < len; k++)
+            if (b->data[k] != 0)
+                return false;
+        return true;
+    }
+    return false;
+}
+
+static bool h3_nc_is_norm(const struct h3_sig_call *c)
+{
+    static const uint16_t sizes[8] = {4, 4, 8, 8, 8, 8, 8, 8};
+    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "vectorized_layer_norm_kernelIffLb1E") != NULL &&
+           c->nparams == 8 && memcmp(c->param_sizes, sizes, sizeof(sizes)) == 0 && c->have_config &&
+           c->block[0] == 32 && c->block[1] == 4 && c->block[2] == 1 && h3_nc_zero_bytes(c, 4, 8) &&
+           h3_nc_zero_bytes(c, 5, 8) && h3_sig_slot_at(c, 2, 0) >= 0 && h3_sig_slot_at(c, 3, 0) >= 0 &&
+           h3_sig_slot_at(c, 6, 0) >= 0 && h3_sig_slot_at(c, 7, 0) >= 0;
+}
+
+static bool h3_nc_is_cast(const struct h3_sig_call *c)
+{
+    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "float16_copy_kernel_cuda") != NULL &&
+           strstr(c->kernel, "vectorized_elementwise_kernelILi8E") != NULL &&
+           strstr(c->kernel, "St5arrayIPcLm2EE") != NULL && c->nparams == 3 && c->param_sizes[0] == 4 &&
+           c->param_sizes[1] == 1 && c->param_sizes[2] == 16;
+}
+
+/* Whether any call in (a, b) refers to slot (j, s). */
+static bool h3_nc_touched_between(const struct h3_sig *sig, uint32_t a, uint32_t b, uint32_t j, uint32_t s)
+{
+    for (uint32_t c = a + 1; c < b; c++)
+        for (uint32_t i = 0; i < sig->calls[c].nslots; i++) {
+            const struct h3_sig_slot *x = &sig->calls[c].slots[i];
+            if (x->ref == H3_REF_SLOT && x->ref_call == j && x->ref_slot == s)
+                return true;
+        }
+    return false;
+}
+
+/* The float16_copy after norm `j` in (j, last] that reads its output, with
+ * nothing in between touching that output; 0 if none. */
+static uint32_t h3_nc_find_cast(const struct h3_sig *sig, uint32_t j, uint32_t last)
+{
+    uint32_t y = (uint32_t)h3_sig_slot_at(&sig->calls[j], 7, 0);
+    for (uint32_t c = j + 1; c <= last && c - j < 64; c++) {
+        const struct h3_sig_call *cast = &sig->calls[c];
+        int in = h3_sig_slot_at(cast, 2, 8);
+        if (!h3_nc_is_cast(cast) || in < 0 || h3_sig_slot_at(cast, 2, 0) < 0)
+            continue;
+        const struct h3_sig_slot *s = &cast->slots[in];
+        if (s->ref == H3_REF_SLOT && s->ref_call == j && s->ref_slot == y && s->delta == 0 &&
+            !h3_nc_touched_between(sig, j, c, j, y))
+            return c;
+    }
+    return 0;
+}
+
+static unsigned h3_nc_plan(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
+                           unsigned max)
+{
+    unsigned n = 0;
+    for (uint32_t j = first; j < last && n < max; j++) {
+        uint32_t c = h3_nc_is_norm(&sig->calls[j]) ? h3_nc_find_cast(sig, j, last) : 0;
+        if (c == 0)
+            continue;
+        out[n++] = (struct h3_op_range){
+            .op = &h3_op_norm_cast,
+            .first = j,
+            .last = c,
+            .mask = 1ull | (1ull << (c - j)),
+            .arg = {[NC_NORM] = 0, [NC_CAST] = c - j},
+        };
+    }
+    return n;
+}
+
+/* What a norm launch and its cast hold, checked against what the kernels rely on. */
+struct h3_nc_args {
+    int32_t n;
+    float eps;
+    uint64_t x, gamma, rstd, y, out;
+    unsigned rows;
+};
+
+static const char *h3_nc_read(const struct h3_deferred *norm, const struct h3_deferred *cast, struct h3_nc_args *a)
+{
+    if (norm->stream != cast->stream || norm->fn != cast->fn)
+        return "streams_differ";
+    int32_t count;
+    uint64_t beta, in;
+    memcpy(&a->n, norm->argv[0], 4);
+    memcpy(&a->eps, norm->argv[1], 4);
+    memcpy(&a->x, norm->argv[2], 8);
+    memcpy(&a->gamma, norm->argv[3], 8);
+    memcpy(&beta, norm->argv[4], 8);
+    memcpy(&a->rstd, norm->argv[6], 8);
+    memcpy(&a->y, norm->argv[7], 8);
+    memcpy(&count, cast->argv[0], 4);
+    memcpy(&a->out, cast->argv[2], 8);
+    memcpy(&in, (const char *)cast->argv[2] + 8, 8);
+    a->rows = norm->grid.x;
+    if (a->n <= 0 || a->n % 4 != 0 || beta != 0 || in != a->y || (long long)count != (long long)a->rows * a->n ||
+        norm->grid.y != 1 || norm->grid.z != 1 || norm->block.x != 32 || norm->block.y != 4 || norm->block.z != 1)
+        return "layout";
+    if (a->x % 16 != 0 || a->y % 16 != 0 || a->gamma % 16 != 0 || a->out % 8 != 0)
+        return "unaligned";
+    return NULL;
+}
+
+static const char *h3_nc_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
+{
+    (void)anchor;
+    const struct h3_deferred *norm = &calls[r->arg[NC_NORM]];
+    struct h3_nc_args a;
+    const char *why = h3_nc_read(norm, &calls[r->arg[NC_CAST]], &a);
+    if (why != NULL)
+        return why;
+    void *args[] = {&a.x, &a.gamma, &a.eps, &a.n, &a.y, &a.rstd, &a.out};
+    const unsigned grid[3] = {a.rows, 1, 1}, block[3] = {32, 4, 1};
+    return h3_kernels_launch("h3_rmsnorm_f32", norm, grid, block, args);
+}
+
+const struct h3_op h3_op_norm_cast = {
+    .name = "norm_cast",
+    .switch_name = "H3SHIM_OP_NORM_CAST",
+    .switch_value = &h3_config.op_norm_cast,
+    .validated_sms = h3_norm_cast_validated,
+    .nvalidated = H3_ARRAY_LEN(h3_norm_cast_validated),
+    .plan = h3_nc_plan,
+    .run = h3_nc_run,
+};
+
+/* ---- residual_norm ---- */
+
+/* Validated nowhere yet: the kernel (tests/gpu/test_residual_rmsnorm.py) has not run on a GPU. */
+static const int h3_residual_norm_validated[] = {0};
+
+/* The H3 residual's mul: elementwise_kernel<128,4> over BinaryFunctor<float, float, float,
+ * MulFunctor<float>> with casting loads (gpu_kernel_impl), 2-D: FP32 dense output, FP16
+ * input rows, FP32 scale broadcast over rows. */
+static bool h3_rn_is_mul(const struct h3_sig_call *c, struct h3_ew2d *l)
+{
+    static const uint8_t dtypes[4] = {3, 6, 5, 6}; /* 3 operands: float, half, float */
+    uint32_t d;
+    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "gpu_kernel_implINS0_13BinaryFunctorIfffNS0_15binary_"
+                                                         "internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseE") != NULL &&
+           h3_ew2d_read(c, 3, l) && l->elem[0] == 4 && l->elem[1] == 2 && l->elem[2] == 4 &&
+           l->row[0] == 4 * l->width && l->row[1] % 4 == 0 && l->row[2] == 0 && l->width % 4 == 0 &&
+           h3_sig_u32(c, 1, H3_EW2D_DATA(3) + 24, &d) && memcmp(&d, dtypes, 4) == 0;
+}
+
+/* The add after it: vectorized CUDAFunctor_add<float> with alpha 1, out = a + mul's output. */
+static bool h3_rn_is_add(const struct h3_sig *sig, uint32_t a, uint32_t mul, uint32_t n)
+{
+    const struct h3_sig_call *c = &sig->calls[a];
+    uint32_t count, alpha;
+    int b = h3_sig_slot_at(c, 2, 16);
+    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEE") &&
+           c->nparams == 3 && c->param_sizes[0] == 4 && c->param_sizes[1] == 4 && c->param_sizes[2] == 24 &&
+           h3_sig_u32(c, 0, 0, &count) && count == n && h3_sig_u32(c, 1, 0, &alpha) && alpha == 0x3f800000u &&
+           h3_sig_slot_at(c, 2, 0) >= 0 && h3_sig_slot_at(c, 2, 8) >= 0 && b >= 0 &&
+           c->slots[b].ref == H3_REF_SLOT && c->slots[b].ref_call == mul &&
+           (int)c->slots[b].ref_slot == h3_sig_slot_at(&sig->calls[mul], 1, H3_EW2D_DATA(3)) && c->slots[b].delta == 0;
+}
+
+static unsigned h3_rn_plan(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
+                           unsigned max)
+{
+    unsigned n = 0;
+    for (uint32_t j = first; j + 2 < last && n < max; j++) {
+        struct h3_ew2d l;
+        if (!h3_rn_is_mul(&sig->calls[j], &l) || !h3_rn_is_add(sig, j + 1, j, l.n))
+            continue;
+        /* The norm right after the add, over its output, rows of the same width. */
+        const struct h3_sig_call *norm = &sig->calls[j + 2];
+        uint32_t width;
+        int x = h3_sig_slot_at(norm, 2, 0);
+        if (!h3_nc_is_norm(norm) || !h3_sig_u32(norm, 0, 0, &width) || width != l.width || x < 0 ||
+            norm->slots[x].ref != H3_REF_SLOT || norm->slots[x].ref_call != j + 1 ||
+            (int)norm->slots[x].ref_slot != h3_sig_slot_at(&sig->calls[j + 1], 2, 0) || norm->slots[x].delta != 0)
+            continue;
+        uint32_t c = h3_nc_find_cast(sig, j + 2, last);
+        if (c == 0 || c - j >= 64)
+            continue;
+        out[n++] = (struct h3_op_range){
+            .op = &h3_op_residual_norm,
+            .first = j,
+            .last = c,
+            .mask = 7ull | (1ull << (c - j)),
+            .arg = {[NC_NORM] = 2, [NC_CAST] = c - j, [RN_ADD] = 1},
+        };
+        j = c;
+    }
+    return n;
+}
+
+static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
+{
+    (void)anchor;
+    const struct h3_deferred *mul = &calls[0], *add = &calls[r->arg[RN_ADD]], *norm = &calls[r->arg[NC_NORM]];
+    struct h3_nc_args a;
+    const char *why = h3_nc_read(norm, &calls[r->arg[NC_CAST]], &a);
+    if (why != NULL)
+        return why;
+    if (mul->stream != norm->stream || add->stream != norm->stream || mul->fn != norm->fn || add->fn != norm->fn)
+        return "streams_differ";
+    const unsigned char *pm = mul->argv[1], *pa = add->argv[2];
+    uint64_t p, b16, scale, h_out, h, p_in;
+    uint32_t count, width, b_row;
+    memcpy(&p, pm + H3_EW2D_DATA(3), 8);
+    memcpy(&b16, pm + H3_EW2D_DATA(3) + 8, 8);
+    memcpy(&scale, pm + H3_EW2D_DATA(3) + 16, 8);
+    memcpy(&count, mul->argv[0], 4);
+    memcpy(&width, pm + 4, 4);
+    memcpy(&b_row, pm + 4 + 25 * 12 + 3 * 4 + 4, 4);
+    memcpy(&h_out, pa, 8);
+    memcpy(&h, pa + 8, 8);
+    memcpy(&p_in, pa + 16, 8);
+    if (p_in != p || h_out != a.x || width != (uint32_t)a.n || (long long)count != (long long)a.rows * a.n)
+        return "layout";
+    if (p % 16 != 0 || h % 16 != 0 || h_out % 16 != 0 || scale % 16 != 0 || b16 % 4 != 0)
+        return "unaligned";
+    long long b_stride = b_row / 2;
+    void *args[] = {&b16, &b_stride, &scale, &h, &p, &h_out, &a.gamma, &a.eps, &a.n, &a.y, &a.rstd, &a.out};
+    const unsigned grid[3] = {a.rows, 1, 1}, block[3] = {32, 4, 1};
+    return h3_kernels_launch("h3_residual_rmsnorm_f32", norm, grid, block, args);
+}
+
+const struct h3_op h3_op_residual_norm = {
+    .name = "residual_norm",
+    .switch_name = "H3SHIM_OP_RESIDUAL_NORM",
+    .switch_value = &h3_config.op_residual_norm,
+    .validated_sms = h3_residual_norm_validated,
+    .nvalidated = 0,
+    .plan = h3_rn_plan,
+    .run = h3_rn_run,
+};
