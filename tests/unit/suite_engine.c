@@ -574,6 +574,26 @@ START_TEST(residual_norm_replaces_the_mid_block_residual_and_norm)
 }
 END_TEST
 
+START_TEST(an_op_falls_back_while_another_in_its_group_runs)
+{
+    /* weight_cache cannot run (no room for copies) in the groups where
+     * norm_cast does: the executed calls are exactly norm_cast's alone. */
+    T_NEEDS_KERNELS();
+    static const char *const nc[] = {"H3SHIM_OP_NORM_CAST=1", NULL};
+    static const char *const both[] = {"H3SHIM_OP_NORM_CAST=1", "H3SHIM_OP_WEIGHT_CACHE=1",
+                                       "H3SHIM_WEIGHT_CACHE_MAX_MB=0", NULL};
+    char *alone = replay_with("nc-alone", nc, NULL);
+    char *stats;
+    char *log = replay_with("nc-wc-full", both, &stats);
+    ck_assert_msg(strstr(stats, "op norm_cast    18 groups run (36 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache fallback cache_full           36") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strcmp(alone, log) == 0, "the fakes executed another stream of calls");
+    free(stats);
+    free(log);
+    free(alone);
+}
+END_TEST
+
 START_TEST(all_ops_share_the_block)
 {
     /* norm_cast takes 0 and 3, weight_cache 1-2 and the GEMM, in one group;
@@ -968,6 +988,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, norm_cast_replaces_each_norm_and_its_cast);
     tcase_add_test(ops, norm_cast_falls_back_exactly);
     tcase_add_test(ops, residual_norm_replaces_the_mid_block_residual_and_norm);
+    tcase_add_test(ops, an_op_falls_back_while_another_in_its_group_runs);
     tcase_add_test(ops, all_ops_share_the_block);
     suite_add_tcase(s, ops);
     return s;
