@@ -34,12 +34,13 @@ SHIM_LIBS := -ldl -lpthread
 
 SHIM_SRC  := $(wildcard shim/*.c)
 KERNEL_SRC := $(wildcard kernels/*.cu)
+KERNEL_HDR := $(wildcard kernels/*.h)
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 # No fast math: the kernels replicate PyTorch's rounding exactly.
 KERNEL_FLAGS := -O3 -std=c++17 -Xptxas -warn-spills -Werror all-warnings
 KERNEL_ARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a \
                -gencode arch=compute_103a,code=sm_103a -gencode arch=compute_90,code=compute_90
-SHIM_HDR  := $(wildcard shim/*.h shim/*.def) shim/exports.map
+SHIM_HDR  := $(wildcard shim/*.h shim/*.def kernels/*.h) shim/exports.map
 
 .PHONY: all check check-asan check-release check-tailjump check-exports bench-cpu env-table clean cuda-headers
 
@@ -54,7 +55,7 @@ cuda-headers:
 # allowlisted SMs, PTX for later ones), embedded in the library as data and
 # loaded with the driver API at first use.  Without nvcc the blob is empty
 # and every op falls back to the unfused calls (reason no_kernels).
-$(B)/kernels.fatbin: $(KERNEL_SRC)
+$(B)/kernels.fatbin: $(KERNEL_SRC) $(KERNEL_HDR)
 	@mkdir -p $(@D)
 	@if [ -x "$(NVCC)" ] || command -v "$(NVCC)" >/dev/null 2>&1; then \
 	  printf '#include "%s"\n' $(abspath $(KERNEL_SRC)) > $(B)/kernels_all.cu && \

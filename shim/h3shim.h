@@ -87,6 +87,7 @@ struct h3_config {
     const char *op_weight_cache;
     const char *op_norm_cast;
     const char *op_residual_norm;
+    const char *op_qk_norm_rope;
     long weight_cache_max_mb;
     long weight_cache_min_free_pct;
     const char *sm_allow;
@@ -545,6 +546,28 @@ bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew2d *l
 /* Offset in param 1 of that closure's data pointers (after the OffsetCalculator). */
 #define H3_EW2D_DATA(nargs) ((4 + 25 * 12 + 25 * (nargs) * 4 + 7) & ~7)
 
+/* A launch of any rank's elementwise_kernel<128,4> closure: element count,
+ * sizes per dim and byte strides per dim and operand (OffsetCalculator<nargs>
+ * at offset 0 of param 1, dims <= 3). */
+struct h3_ew {
+    uint32_t n, dims;
+    uint32_t size[3];
+    uint32_t stride[3][3]; /* [dim][operand] */
+};
+bool h3_ew_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew *l);
+/* Whether the `n` bytes (u32s) recorded at (param, offset) of launch `c` are `want`. */
+bool h3_sig_bytes_are(const struct h3_sig_call *c, uint16_t param, uint16_t offset, const void *want, unsigned n);
+bool h3_sig_u32s_are(const struct h3_sig_call *c, uint16_t param, uint16_t offset, const uint32_t *want, unsigned n);
+/* The buffer slot (param, offset) of call `call` points into: the first slot
+ * its references lead to (*rc, *rs) and the byte offset from it; false when
+ * the call has no slot there. */
+bool h3_sig_root(const struct h3_sig *sig, uint32_t call, uint16_t param, uint16_t offset, uint32_t *rc,
+                 uint32_t *rs, int64_t *delta);
+/* op_norm.c: PyTorch's FP32 RMSNorm launch (with or without weight; no
+ * beta, no mean; 32x4 threads) and its vectorized float16_copy. */
+bool h3_sig_is_rmsnorm(const struct h3_sig_call *c, bool weight);
+bool h3_sig_is_half_cast(const struct h3_sig_call *c);
+
 /* Calls an op replaces in range `r`: its launches, and its anchor. */
 static inline unsigned h3_op_range_calls(const struct h3_op_range *r)
 {
@@ -553,7 +576,8 @@ static inline unsigned h3_op_range_calls(const struct h3_op_range *r)
 void h3_ops_print_stats(void (*line)(const char *fmt, ...));
 void h3_ops_reset(void);
 
-extern const struct h3_op h3_op_replay, h3_op_swiglu, h3_op_weight_cache, h3_op_norm_cast, h3_op_residual_norm;
+extern const struct h3_op h3_op_replay, h3_op_swiglu, h3_op_weight_cache, h3_op_norm_cast, h3_op_residual_norm,
+    h3_op_qk_norm_rope;
 
 /* ---- op_weight_cache.c ---- */
 

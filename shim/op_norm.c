@@ -43,17 +43,18 @@ static bool h3_nc_zero_bytes(const struct h3_sig_call *c, uint16_t param, uint16
     return false;
 }
 
-static bool h3_nc_is_norm(const struct h3_sig_call *c)
+bool h3_sig_is_rmsnorm(const struct h3_sig_call *c, bool weight)
 {
     static const uint16_t sizes[8] = {4, 4, 8, 8, 8, 8, 8, 8};
     return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "vectorized_layer_norm_kernelIffLb1E") != NULL &&
            c->nparams == 8 && memcmp(c->param_sizes, sizes, sizeof(sizes)) == 0 && c->have_config &&
            c->block[0] == 32 && c->block[1] == 4 && c->block[2] == 1 && h3_nc_zero_bytes(c, 4, 8) &&
-           h3_nc_zero_bytes(c, 5, 8) && h3_sig_slot_at(c, 2, 0) >= 0 && h3_sig_slot_at(c, 3, 0) >= 0 &&
-           h3_sig_slot_at(c, 6, 0) >= 0 && h3_sig_slot_at(c, 7, 0) >= 0;
+           h3_nc_zero_bytes(c, 5, 8) && h3_sig_slot_at(c, 2, 0) >= 0 &&
+           (weight ? h3_sig_slot_at(c, 3, 0) >= 0 : h3_nc_zero_bytes(c, 3, 8)) && h3_sig_slot_at(c, 6, 0) >= 0 &&
+           h3_sig_slot_at(c, 7, 0) >= 0;
 }
 
-static bool h3_nc_is_cast(const struct h3_sig_call *c)
+bool h3_sig_is_half_cast(const struct h3_sig_call *c)
 {
     return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "float16_copy_kernel_cuda") != NULL &&
            strstr(c->kernel, "vectorized_elementwise_kernelILi8E") != NULL &&
@@ -81,7 +82,7 @@ static uint32_t h3_nc_find_cast(const struct h3_sig *sig, uint32_t j, uint32_t l
     for (uint32_t c = j + 1; c <= last && c - j < 64; c++) {
         const struct h3_sig_call *cast = &sig->calls[c];
         int in = h3_sig_slot_at(cast, 2, 8);
-        if (!h3_nc_is_cast(cast) || in < 0 || h3_sig_slot_at(cast, 2, 0) < 0)
+        if (!h3_sig_is_half_cast(cast) || in < 0 || h3_sig_slot_at(cast, 2, 0) < 0)
             continue;
         const struct h3_sig_slot *s = &cast->slots[in];
         if (s->ref == H3_REF_SLOT && s->ref_call == j && s->ref_slot == y && s->delta == 0 &&
@@ -96,7 +97,7 @@ static unsigned h3_nc_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
 {
     unsigned n = 0;
     for (uint32_t j = first; j < last && n < max; j++) {
-        uint32_t c = h3_nc_is_norm(&sig->calls[j]) ? h3_nc_find_cast(sig, j, last) : 0;
+        uint32_t c = h3_sig_is_rmsnorm(&sig->calls[j], true) ? h3_nc_find_cast(sig, j, last) : 0;
         if (c == 0)
             continue;
         out[n++] = (struct h3_op_range){
@@ -211,7 +212,7 @@ static unsigned h3_rn_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
         const struct h3_sig_call *norm = &sig->calls[j + 2];
         uint32_t width;
         int x = h3_sig_slot_at(norm, 2, 0);
-        if (!h3_nc_is_norm(norm) || !h3_sig_u32(norm, 0, 0, &width) || width != l.width || x < 0 ||
+        if (!h3_sig_is_rmsnorm(norm, true) || !h3_sig_u32(norm, 0, 0, &width) || width != l.width || x < 0 ||
             norm->slots[x].ref != H3_REF_SLOT || norm->slots[x].ref_call != j + 1 ||
             (int)norm->slots[x].ref_slot != h3_sig_slot_at(&sig->calls[j + 1], 2, 0) || norm->slots[x].delta != 0)
             continue;

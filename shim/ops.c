@@ -45,7 +45,7 @@ const struct h3_op h3_op_replay = {
 /* Planned from the last to the first: an op that takes more of a group (residual_norm)
  * comes after one that takes a part of it (norm_cast). */
 static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu, &h3_op_weight_cache, &h3_op_norm_cast,
-                                             &h3_op_residual_norm};
+                                             &h3_op_residual_norm, &h3_op_qk_norm_rope};
 #define H3_OPS_COUNT H3_ARRAY_LEN(h3_ops)
 
 #define H3_OP_REASONS 8
@@ -281,4 +281,56 @@ bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew2d *l
             !h3_sig_u32(c, 1, (uint16_t)(strides + 4 * nargs + 4 * a), &l->row[a]))
             return false;
     return l->n == l->width * l->rows;
+}
+
+bool h3_ew_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew *l)
+{
+    if (c->nparams != 2 || nargs > 3 || !h3_sig_u32(c, 0, 0, &l->n) || !h3_sig_u32(c, 1, 0, &l->dims) ||
+        l->dims < 1 || l->dims > 3)
+        return false;
+    for (unsigned d = 0; d < l->dims; d++) {
+        if (!h3_sig_u32(c, 1, (uint16_t)(4 + 12 * d), &l->size[d]))
+            return false;
+        for (unsigned a = 0; a < nargs; a++)
+            if (!h3_sig_u32(c, 1, (uint16_t)(4 + 25 * 12 + 4 * (d * nargs + a)), &l->stride[d][a]))
+                return false;
+    }
+    return true;
+}
+
+bool h3_sig_bytes_are(const struct h3_sig_call *c, uint16_t param, uint16_t offset, const void *want, unsigned n)
+{
+    for (uint32_t i = 0; i < c->nbytes; i++) {
+        const struct h3_sig_bytes *b = &c->bytes[i];
+        if (b->param == param && b->offset <= offset && offset + n <= (unsigned)b->offset + b->len)
+            return memcmp(b->data + (offset - b->offset), want, n) == 0;
+    }
+    return false;
+}
+
+bool h3_sig_u32s_are(const struct h3_sig_call *c, uint16_t param, uint16_t offset, const uint32_t *want, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        uint32_t v;
+        if (!h3_sig_u32(c, param, (uint16_t)(offset + 4 * i), &v) || v != want[i])
+            return false;
+    }
+    return true;
+}
+
+bool h3_sig_root(const struct h3_sig *sig, uint32_t call, uint16_t param, uint16_t offset, uint32_t *rc,
+                 uint32_t *rs, int64_t *delta)
+{
+    int s = h3_sig_slot_at(&sig->calls[call], param, offset);
+    if (s < 0)
+        return false;
+    *rc = call, *rs = (uint32_t)s, *delta = 0;
+    for (unsigned hops = 0; hops < sig->ncalls; hops++) {
+        const struct h3_sig_slot *x = &sig->calls[*rc].slots[*rs];
+        if (x->ref != H3_REF_SLOT)
+            return x->ref == H3_REF_FIRST;
+        *delta += x->delta;
+        *rc = x->ref_call, *rs = x->ref_slot;
+    }
+    return false;
 }

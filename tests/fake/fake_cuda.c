@@ -8,6 +8,7 @@
 
 #include "nvapi.h"
 #include "fake.h"
+#include "../../kernels/qk_params.h"
 
 /*
  * Runs a kernel and logs its execution as an entry "exec": the handle, the
@@ -16,7 +17,7 @@
  * that was held back and issued later passes a copy of the parameters).
  */
 /* The kernels of the fake module (see cuModuleLoadData below). */
-static struct fake_kernel fake_module_kernels[3];
+static struct fake_kernel fake_module_kernels[4];
 
 static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream stream, void **params)
@@ -24,7 +25,7 @@ static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, u
     struct fake_kernel *k = fake_kernel_lookup(handle);
     if (k == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (k >= fake_module_kernels && k < fake_module_kernels + 3 && getenv("FAKE_LAUNCH_FAIL") != NULL)
+    if (k >= fake_module_kernels && k < fake_module_kernels + 4 && getenv("FAKE_LAUNCH_FAIL") != NULL)
         return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     uint64_t h = 0xcbf29ce484222325ull;
     for (unsigned i = 0; i < k->nparams && params != NULL; i++)
@@ -132,7 +133,9 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
  * h3_rmsnorm_f32 logs "rmsnorm_check" with 1 when its arguments are the H3
  * block's norm (rows of 2048, eps 1e-5, a weight, all three outputs);
  * h3_residual_rmsnorm_f32 logs "residual_check" likewise (b16 rows of 2048
- * too, all twelve arguments set).
+ * too, all twelve arguments set); h3_qk_norm_rope_f16 logs "qk_check" when
+ * its parameter block is the H3 block's (1797 tokens of 32 heads, what
+ * attention reads set, q's rstd not, whose buffer the trace gives to k's).
  */
 static void fake_swiglu(void **p)
 {
@@ -161,6 +164,21 @@ static void fake_residual(void **p)
     fakelog_call("cuda", "residual_check", 1, &ok, 0);
 }
 
+static void fake_qk(void **p)
+{
+    const struct h3_qk_params *q = p[0];
+    uint64_t ok = q->tokens == 1797 && q->heads == 32 && q->eps == 1e-5f && q->token_stride == 6144 &&
+                  q->cs_stride == 48 && q->qkv != NULL && q->cosv != NULL && q->sinv != NULL &&
+                  q->side[0].rstd == NULL && q->side[1].rstd != NULL && q->side[0].out != NULL &&
+                  q->side[1].out != NULL && q->side[1].sum != NULL;
+    uint64_t dropped = 0; /* a bit per output left unwritten: side * 10 + field */
+    for (int side = 0; side < 2; side++)
+        for (int k = 0; k < 10; k++)
+            dropped |= (uint64_t)(((void *const *)&q->side[side])[k] == NULL) << (side * 10 + k);
+    uint64_t words[2] = {ok, dropped};
+    fakelog_call("cuda", "qk_check", 2, words, 0);
+}
+
 /* Every stream is being captured while FAKE_CAPTURING is set. */
 FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
 {
@@ -180,6 +198,8 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
     fake_kernel_init(&fake_module_kernels[1], "h3_rmsnorm_f32", 7, norm_sizes, fake_rmsnorm);
     static const size_t residual_sizes[12] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 8, 8, 8};
     fake_kernel_init(&fake_module_kernels[2], "h3_residual_rmsnorm_f32", 12, residual_sizes, fake_residual);
+    static const size_t qk_sizes[1] = {sizeof(struct h3_qk_params)};
+    fake_kernel_init(&fake_module_kernels[3], "h3_qk_norm_rope_f16", 1, qk_sizes, fake_qk);
     *mod = (CUmodule)fake_module_kernels;
     return CUDA_SUCCESS;
 }

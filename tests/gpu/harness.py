@@ -7,7 +7,8 @@ process's environment from its start:
   A      no shim
   B      shim, H3SHIM_OPS=none
   C      shim with H3SHIM_TRACE (H3SHIM_OPS left at the shim's default)
-  op:X   shim, H3SHIM_OPS=X for each X in $H3SHIM_OP_LIST (space separated; default: swiglu weight_cache norm_cast residual_norm)
+  op:X   shim, H3SHIM_OPS=X for each X in $H3SHIM_OP_LIST (space separated; default:
+         swiglu weight_cache norm_cast residual_norm qk_norm_rope)
   all    shim, H3SHIM_OPS=all
 
 Steps: versions; the tiling arithmetic; the checkpoint loader; correctness
@@ -57,7 +58,7 @@ CONFIGS = {
 DESIGN_MS_PER_BLOCK = {"eager": 0.99, "graph": 0.93, "host_floor": "0.6-0.7"}
 MARKER = "spin_kernel"
 # Kernels no op uses yet, tested beside the ops' (tests/gpu/test_<name>.py).
-KERNELS_WITHOUT_OP = ["qk_norm_rope"]
+KERNELS_WITHOUT_OP = []
 
 
 def median(values):
@@ -72,7 +73,7 @@ class Harness:
         self.start = time.time()
         self.work = args.work
         self.shim = args.shim if os.path.isfile(args.shim) else None
-        self.ops = os.environ.get("H3SHIM_OP_LIST", "swiglu weight_cache norm_cast residual_norm").split()
+        self.ops = os.environ.get("H3SHIM_OP_LIST", "swiglu weight_cache norm_cast residual_norm qk_norm_rope").split()
         self.evidence = {"mode": args.mode, "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                          "config": self.cfg, "op_list": self.ops, "checks": {}, "arms": {}}
         for sub in ("logs", "out", "traces"):

@@ -9,7 +9,7 @@
 # 512x768) instead. --no-build uses build/libh3shim.so as it is. Arms that need
 # the shim are reported as "skipped: no shim" when it is missing.
 #
-# Environment: H3SHIM_OP_LIST (space-separated op names, one arm each; default swiglu weight_cache norm_cast residual_norm),
+# Environment: H3SHIM_OP_LIST (space-separated op names, one arm each; default swiglu weight_cache norm_cast residual_norm qk_norm_rope),
 # H3_GPU_BUDGET_S (seconds for the whole run, default 570), PYTHON (default
 # python3), OUT (when set, the evidence, logs and compressed traces are copied
 # there too), H3_KEEP_WORK=1 (keep the scratch directory with the full traces

@@ -7,7 +7,10 @@ tables [1, S, 1, 48],
     q, k, v = qkv.view(1, S, 32, 192).chunk(3, -1)
     q = apply_rope(F.rms_norm(q.float(), (64,), eps=1e-5).to(fp16), cos, sin)   (k likewise)
 
-with apply_rope the reference model's (scripts/h3_vae.py). Cases: random
+with apply_rope the reference model's (scripts/h3_vae.py). Every output of
+PyTorch's 18 launches is compared, as the op has the kernel write them: the
+FP32 copy, the norm's output and rstd, the FP16 norm, the rope's products,
+neg, both concatenations and the sum. Cases: random
 normal at scales 1e-4 .. 1e4, the block's 1797 tokens and millions of rows,
 the model's own rope tables, and special rows: all zero, subnormal, one huge
 value, +-65504, inf, nan, and cos/sin with 0, -0, +-1 and special values.
@@ -26,29 +29,67 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
-from fatbin import DEFAULT, Fatbin, bits_differing, ptr, report  # noqa: E402  (beside this script)
+from fatbin import DEFAULT, Fatbin, bits_differing, report  # noqa: E402  (beside this script)
 import h3_vae  # noqa: E402
 
 HEADS, DIM, EPS = 32, 64, 1e-5
 
 
+OUTPUTS = ("f32", "y", "rstd", "n16", "a", "neg", "rot", "b", "sum", "out")
+
+
+class Side(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in OUTPUTS]
+
+
+class Params(ctypes.Structure):
+    """struct h3_qk_params (kernels/qk_params.h)."""
+    _fields_ = [("qkv", ctypes.c_void_p), ("token_stride", ctypes.c_longlong), ("cosv", ctypes.c_void_p),
+                ("sinv", ctypes.c_void_p), ("cs_stride", ctypes.c_longlong), ("tokens", ctypes.c_longlong),
+                ("heads", ctypes.c_int), ("eps", ctypes.c_float), ("side", Side * 2)]
+
+
+def one_side(x, cos, sin, eps):
+    """Each output of PyTorch's launches for q or k, in the order they run."""
+    f32 = x.float()
+    y, rstd = torch.ops.aten._fused_rms_norm(f32, [DIM], None, eps)
+    n16 = y.to(torch.float16)
+    assert bits_differing(F.rms_norm(f32, (DIM,), eps=eps).to(torch.float16), n16) == 0
+    xr, xp = n16[..., :48], n16[..., 48:]
+    a = xr * cos
+    neg = -xr[..., 24:]
+    rot = torch.cat([neg, xr[..., :24]], dim=-1)
+    b = rot * sin
+    total = a + b
+    out = torch.cat([total, xp], dim=-1)
+    assert bits_differing(out, h3_vae.apply_rope(n16, cos, sin).contiguous()) == 0, "not the model's rope"
+    return dict(zip(OUTPUTS, (f32, y, rstd, n16, a, neg, rot, b, total, out)))
+
+
 def reference(qkv, cos, sin, eps=EPS):
     s = qkv.shape[1]
     q, k, _ = qkv.view(1, s, HEADS, 3 * DIM).chunk(3, dim=-1)
-    q = h3_vae.apply_rope(F.rms_norm(q.float(), (DIM,), eps=eps).to(torch.float16), cos, sin)
-    k = h3_vae.apply_rope(F.rms_norm(k.float(), (DIM,), eps=eps).to(torch.float16), cos, sin)
-    return q.contiguous(), k.contiguous()
+    return one_side(q, cos, sin, eps), one_side(k, cos, sin, eps)
 
 
 def kernel(fb, qkv, cos, sin, eps=EPS):
     s = qkv.shape[1]
-    q = torch.full((1, s, HEADS, DIM), float("nan"), dtype=torch.float16, device="cuda")
-    k = torch.full_like(q, float("nan"))
+    side, got = (Side * 2)(), []
+    shapes = {"f32": (DIM, torch.float32), "y": (DIM, torch.float32), "rstd": (None, torch.float32),
+              "n16": (DIM, torch.float16), "a": (48, torch.float16), "neg": (24, torch.float16),
+              "rot": (48, torch.float16), "b": (48, torch.float16), "sum": (48, torch.float16),
+              "out": (DIM, torch.float16)}
+    for w in range(2):
+        bufs = {}
+        for name, (width, dtype) in shapes.items():
+            shape = (1, s, HEADS) + ((width,) if width else ())
+            bufs[name] = torch.full(shape, float("nan"), dtype=dtype, device="cuda")
+            setattr(side[w], name, bufs[name].data_ptr())
+        got.append(bufs)
+    p = Params(qkv.data_ptr(), qkv.stride(1), cos.data_ptr(), sin.data_ptr(), cos.stride(1), s, HEADS, eps, side)
     rows = s * HEADS * 2
-    fb.launch("h3_qk_norm_rope_f16", ((rows + 15) // 16,), (256,),
-              [ptr(qkv), ctypes.c_longlong(qkv.stride(1)), ctypes.c_int(HEADS), ptr(cos), ptr(sin),
-               ctypes.c_longlong(cos.stride(1)), ctypes.c_float(eps), ptr(q), ptr(k), ctypes.c_longlong(s)])
-    return q, k
+    fb.launch("h3_qk_norm_rope_f16", ((rows + 15) // 16,), (256,), [p])
+    return got
 
 
 def main():
@@ -60,10 +101,13 @@ def main():
     cases = []
 
     def run(name, qkv, cos, sin):
-        rq, rk = reference(qkv, cos, sin)
-        q, k = kernel(fb, qkv, cos, sin)
-        cases.append({"case": name, "tokens": qkv.shape[1], "elements": 2 * q.numel(),
-                      "q_bits_differing": bits_differing(q, rq), "k_bits_differing": bits_differing(k, rk)})
+        ref = reference(qkv, cos, sin)
+        got = kernel(fb, qkv, cos, sin)
+        case = {"case": name, "tokens": qkv.shape[1], "elements": 2 * ref[0]["out"].numel()}
+        for w, side in enumerate("qk"):
+            for o in OUTPUTS:
+                case[f"{side}_{o}_bits_differing"] = bits_differing(got[w][o].reshape(ref[w][o].shape), ref[w][o])
+        cases.append(case)
 
     def randn(*shape, scale=1.0):
         return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(torch.float16)

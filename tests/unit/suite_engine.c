@@ -594,21 +594,45 @@ START_TEST(an_op_falls_back_while_another_in_its_group_runs)
 }
 END_TEST
 
+START_TEST(qk_norm_rope_replaces_the_18_launches_of_q_and_k)
+{
+    T_NEEDS_KERNELS();
+    char *base = replay_with("base", t_disabled, NULL);
+    static const char *const env[] = {"H3SHIM_OP_QK_NORM_ROPE=1", NULL};
+    char *stats;
+    char *log = replay_with("qk", env, &stats);
+    ck_assert_msg(strstr(stats, "op qk_norm_rope 9 groups run (162 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "takes calls 5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+    check_accounting_ops(stats);
+    ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 "), T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "qk_check 0 "), 0);
+    ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(base, "exec ") - 17 * T_INSTANCES);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
 START_TEST(all_ops_share_the_block)
 {
     /* norm_cast takes 0 and 3, weight_cache 1-2 and the GEMM, in one group;
-     * residual_norm 28-30 and 33 with weight_cache's 31-32 between. */
+     * qk_norm_rope 5-22; residual_norm 28-30 and 33 with weight_cache's 31-32
+     * between. */
     T_NEEDS_KERNELS();
     static const char *const env[] = {"H3SHIM_OPS=all", NULL};
     char *stats;
     char *log = replay_with("all", env, &stats);
     ck_assert_msg(strstr(stats, "op norm_cast    9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm 9 groups run (36 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op qk_norm_rope 9 groups run (162 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op swiglu       9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
     ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 "), T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), T_INSTANCES);
     free(stats);
     free(log);
@@ -684,7 +708,7 @@ START_TEST(switches_choose_the_ops)
     T_NEEDS_KERNELS();
     char *base = replay_with("base", t_disabled, NULL);
     struct {
-        const char *env[6];
+        const char *env[7];
         const char *expect;
         bool fused; /* the op ran: the log differs from the unshimmed one */
     } cases[] = {
@@ -697,7 +721,7 @@ START_TEST(switches_choose_the_ops)
         {{"H3SHIM_OPS=swiglu", NULL}, "op swiglu       9 groups run", true},
         {{"H3SHIM_OPS=none", "H3SHIM_OP_SWIGLU=1", NULL}, "op swiglu       9 groups run", true},
         {{"H3SHIM_OPS=all", "H3SHIM_OP_SWIGLU=0", "H3SHIM_OP_WEIGHT_CACHE=0", "H3SHIM_OP_NORM_CAST=0",
-          "H3SHIM_OP_RESIDUAL_NORM=0", NULL},
+          "H3SHIM_OP_RESIDUAL_NORM=0", "H3SHIM_OP_QK_NORM_ROPE=0", NULL},
          "passthrough  matching_off", false},
         {{"H3SHIM_OPS=bogus", NULL}, "H3SHIM_OPS names 'bogus', which is not an op", false},
         {{"H3SHIM_OPS=none", "H3SHIM_OP_SWIGLU=yes", NULL}, "H3SHIM_OP_SWIGLU=yes: expected 0 or 1", false},
@@ -989,6 +1013,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, norm_cast_falls_back_exactly);
     tcase_add_test(ops, residual_norm_replaces_the_mid_block_residual_and_norm);
     tcase_add_test(ops, an_op_falls_back_while_another_in_its_group_runs);
+    tcase_add_test(ops, qk_norm_rope_replaces_the_18_launches_of_q_and_k);
     tcase_add_test(ops, all_ops_share_the_block);
     suite_add_tcase(s, ops);
     return s;
