@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "h3shim.h"
 #include "t_common.h"
 
 #define T_REPLAY "build/tests/h3-block3-replay.txt"
@@ -27,6 +28,7 @@ static struct {
                     streams 0x1000 and 0x2000 */
     bool fork_after; /* then fork: the child synchronises and writes its log to log_child */
     const char *log, *err, *trace, *log_child;
+    const char *sigs; /* the signature file or directory to load (default: signatures/) */
 } t_run;
 
 /* One line per executed call: launches as their "exec" entry, library calls
@@ -69,7 +71,7 @@ static void replay_child(void)
 {
     if (freopen(t_run.err, "w", stderr) == NULL)
         exit(3);
-    char *sigs = t_repo_path("signatures");
+    char *sigs = t_run.sigs != NULL ? strdup(t_run.sigs) : t_repo_path("signatures");
     setenv("H3SHIM_SIGNATURES", sigs, 1);
     setenv("H3SHIM_STATS", "1", 1);
     if (t_run.trace != NULL)
@@ -615,6 +617,57 @@ START_TEST(qk_norm_rope_replaces_the_18_launches_of_q_and_k)
 }
 END_TEST
 
+/* Mutants of the committed signature that still parse, loaded with every op
+ * on and the recorded stream replayed: the planners read whatever layout and
+ * wiring a mutant claims and must neither crash nor read out of bounds (ASan
+ * build), and the replay ends normally. */
+START_TEST(planners_survive_mutated_signatures)
+{
+    char *path = t_repo_path("signatures/h3-block-torch2.11.0+cu130-sm90.sig");
+    size_t len;
+    char *text = t_read_file(path, &len);
+    char err[512], *mutant_path = t_path("mutant.sig");
+    static const char digits[] = "0123456789abcdef";
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    int tried = 0, loaded = 0;
+    while (loaded < 24 && tried < 4000) {
+        tried++;
+        char *m = malloc(len);
+        memcpy(m, text, len);
+        for (int k = 0; k < 1 + tried % 3; k++) {
+            size_t at;
+            do {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                at = x % len;
+            } while (strchr(digits, m[at]) == NULL || m[at] == '\0');
+            m[at] = digits[(x >> 32) % (m[at] >= '0' && m[at] <= '9' && (x >> 40) % 2 ? 10 : 16)];
+        }
+        struct h3_sig *sig = h3_sig_parse(m, len, "mutant", err, sizeof(err));
+        if (sig != NULL && memcmp(m, text, len) != 0) {
+            h3_sig_free(sig);
+            FILE *f = fopen(mutant_path, "w");
+            ck_assert(f != NULL && fwrite(m, 1, len, f) == len);
+            fclose(f);
+            t_run.sigs = mutant_path;
+            char *stats;
+            char *log = replay_with("mutant", env, &stats);
+            t_run.sigs = NULL;
+            free(stats);
+            free(log);
+            loaded++;
+        } else {
+            h3_sig_free(sig);
+        }
+        free(m);
+    }
+    ck_assert_msg(loaded == 24, "only %d of %d mutants parsed", loaded, tried);
+    free(mutant_path);
+    free(text);
+    free(path);
+}
+END_TEST
+
 START_TEST(all_ops_share_the_block)
 {
     /* norm_cast takes 0 and 3, weight_cache 1-2 and the GEMM, in one group;
@@ -1015,6 +1068,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, an_op_falls_back_while_another_in_its_group_runs);
     tcase_add_test(ops, qk_norm_rope_replaces_the_18_launches_of_q_and_k);
     tcase_add_test(ops, all_ops_share_the_block);
+    tcase_add_test(ops, planners_survive_mutated_signatures);
     suite_add_tcase(s, ops);
     return s;
 }
