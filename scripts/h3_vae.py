@@ -545,7 +545,49 @@ def profile_block(model, device, reps=50, run_len=10, seed=0):
             end.synchronize()
             replay.append(start.elapsed_time(end) / run_len)
         result["graph_ms"] = median(replay)
+        result["kernels"] = kernel_table(lambda: block(h, cos, sin), device)
     return result
+
+
+# DESIGN.md's reference table ("Where the time goes", ms per block at 1797
+# tokens) and how kernel names fall into its rows; fused kernels of the shim
+# (h3_*) get rows of their own.
+KERNEL_ROWS = (("fused (h3shim)", ("h3_",)), ("SDPA", ("sdpa", "flash", "cudnn")),
+               ("GEMMs", ("gemm", "xmma", "nvjet", "cutlass", "sm90_")), ("casts", ("float16_copy",)),
+               ("RMSNorm", ("layer_norm",)), ("cat", ("CatArrayBatchedCopy",)), ("silu", ("silu",)),
+               ("strided copies", ("direct_copy",)), ("Half binary ops", ("Half",)),
+               ("residual mul/add", ("float",)))
+DESIGN_KERNEL_MS = {"GEMMs": 0.33, "SDPA": 0.08, "casts": 0.127, "RMSNorm": 0.102, "Half binary ops": 0.079,
+                    "cat": 0.062, "silu": 0.042, "residual mul/add": 0.05, "strided copies": 0.029}
+
+
+def kernel_row(name):
+    """The row of DESIGN.md's table a kernel's name falls into ("other" for none)."""
+    return next((r for r, keys in KERNEL_ROWS if any(k in name for k in keys)), "other")
+
+
+def kernel_table(run_block, device, reps=20):
+    """GPU time per block by kernel and by DESIGN.md's rows: `reps` eager blocks
+    under the profiler (CUPTI sees every kernel, the shim's driver launches too).
+    A profiler failure is reported in the result, not raised: the table is extra."""
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                run_block()
+            sync(device)
+        events = [(e.name, e.time_range.elapsed_us()) for e in prof.events()
+                  if e.device_type == torch.autograd.DeviceType.CUDA and e.name]
+    except Exception as e:  # noqa: BLE001  (whatever the profiler raises)
+        return {"error": f"{type(e).__name__}: {e}"}
+    per_kernel = {}
+    for name, us in events:
+        per_kernel[name] = per_kernel.get(name, 0.0) + us / 1e3 / reps
+    rows = {}
+    for name, ms in per_kernel.items():
+        rows[kernel_row(name)] = rows.get(kernel_row(name), 0.0) + ms
+    top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:40]
+    return {"ms_per_block_by_row": rows, "total_ms": sum(per_kernel.values()),
+            "design_ms_by_row": DESIGN_KERNEL_MS, "ms_per_block_by_kernel": [[n[:160], ms] for n, ms in top]}
 
 
 def dispatch_floor(model, device, reps=20, seed=0):

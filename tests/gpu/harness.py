@@ -367,7 +367,7 @@ class Harness:
         for arm, shim_env in (("A", None), ("all", {"H3SHIM_OPS": "all"})):
             r, doc = self.serve_arm(arm, shim_env, ONE_TILE, ["--profile-block"], "profile-block")
             out[arm] = ({"status": f"skipped: {r['skipped']}"} if "skipped" in r else
-                        {k: doc.get(k) for k in ("eager_ms", "graph_ms", "host_ms", "tokens")} if doc else
+                        {k: doc.get(k) for k in ("eager_ms", "graph_ms", "host_ms", "tokens", "kernels")} if doc else
                         {"status": f"error: {r.get('error')}", "stderr_tail": r.get("stderr_tail")})
         out["design_reference_ms"] = DESIGN_MS_PER_BLOCK
         self.evidence["profile_block"] = out
@@ -598,6 +598,18 @@ def render_markdown(ev):
         lines.append(f"- {arm}: " + (p["status"] if "status" in p else
                                      f"eager {fmt(p.get('eager_ms'), 4)} (DESIGN.md 0.99), graph replay "
                                      f"{fmt(p.get('graph_ms'), 4)} (0.93), host enqueue {fmt(p.get('host_ms'), 4)}"))
+    ka, kall = pb.get("A", {}).get("kernels") or {}, pb.get("all", {}).get("kernels") or {}
+    if ka:
+        rows = list(ka.get("design_ms_by_row", {})) + sorted(
+            set(ka.get("ms_per_block_by_row", {})) | set(kall.get("ms_per_block_by_row", {}))
+            - set(ka.get("design_ms_by_row", {})))
+        lines += ["", "GPU time per block by kernel kind (profiler, 20 eager blocks; ms):", "",
+                  "| kind | DESIGN.md | A (no shim) | all ops |", "|---|---|---|---|"]
+        for row in rows:
+            lines.append(f"| {row} | {fmt(ka.get('design_ms_by_row', {}).get(row), 3)} | "
+                         f"{fmt(ka.get('ms_per_block_by_row', {}).get(row), 3)} | "
+                         f"{fmt(kall.get('ms_per_block_by_row', {}).get(row), 3)} |")
+        lines.append(f"| total | 0.93 | {fmt(ka.get('total_ms'), 3)} | {fmt(kall.get('total_ms'), 3)} |")
     a = timing.get("A", {})
     if a.get("floor_ms_per_block") is not None:
         lines.append(f"- host dispatch floor, arm A: {fmt(a['floor_ms_per_block'], 4)} ms per block at 6 tokens "
