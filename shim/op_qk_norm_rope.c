@@ -222,7 +222,8 @@ static bool h3_qk_overlaps(uint64_t alo, uint64_t ahi, uint64_t blo, uint64_t bh
  */
 static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const uint64_t (*in)[2], unsigned nin)
 {
-    static const uint8_t per_row[10] = {255, 255, 4, 128, 96, 48, 96, 96, 96, 128}; /* f32 and y: 256 */
+    /* Bytes per row of each field of struct h3_qk_side, in its order. */
+    static const uint16_t per_row[10] = {256, 256, 4, 128, 96, 48, 96, 96, 96, 128};
     struct h3_qk_buf b[20];
     unsigned n = 0;
     /* q's and k's copy, norm and cast (calls 5-10), then q's rope, then k's (11-22). */
@@ -230,7 +231,7 @@ static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const uint6
         for (unsigned side = 0; side < 2; side++) {
             void **f = (void **)&p->side[side];
             for (unsigned k = phase == 0 ? 0 : 4; k < (phase == 0 ? 4u : 10u); k++) {
-                uint64_t bytes = (per_row[k] == 255 ? 256u : per_row[k]) * (uint64_t)rows;
+                uint64_t bytes = per_row[k] * (uint64_t)rows;
                 b[n++] = (struct h3_qk_buf){&f[k], (uint64_t)(uintptr_t)f[k], (uint64_t)(uintptr_t)f[k] + bytes};
             }
         }
@@ -261,11 +262,10 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
     long long tokens = r->arg[QK_TOKENS], rows = tokens * QK_HEADS;
     if (in[1] != in[0] + 128 || cs[1][0] != cs[0][0] || cs[1][1] != cs[0][1])
         return "layout";
-    float eps;
+    float eps, eps_k;
     memcpy(&eps, calls[QK_C(0, C_NORM)].argv[1], 4);
-    float eps_k;
     memcpy(&eps_k, calls[QK_C(1, C_NORM)].argv[1], 4);
-    if (eps != eps_k)
+    if (memcmp(&eps, &eps_k, 4) != 0)
         return "layout";
     const uint64_t in_bytes = (uint64_t)(tokens - 1) * (uint64_t)r->arg[QK_TOKEN_STRIDE] * 2 + 2 * 64 * 3 * QK_HEADS;
     const uint64_t inputs[3][2] = {{in[0], in[0] + in_bytes},
