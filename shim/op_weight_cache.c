@@ -372,6 +372,11 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     struct h3_wc_entry *eb = ew != NULL ? h3_wc_entry(x.src_b, (uint64_t)x.n_b, x.stream, &why) : NULL;
     if (eb == NULL || matmul == NULL || set == NULL) {
         pthread_mutex_unlock(&h3_wc.lock);
+        /* Unreachable once the check passed; if it were not, the GEMM the
+         * caller then makes must read its own bias again. */
+        const void *orig = anchor->u.lt.bias;
+        if (set != NULL)
+            set(anchor->u.lt.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &orig, sizeof(orig));
         return why != NULL ? why : "no_cublaslt";
     }
     struct h3_wc_entry *e[2] = {ew, eb};
