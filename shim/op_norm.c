@@ -28,19 +28,11 @@ enum { NC_NORM, NC_CAST, RN_ADD };
  * (full decode bitwise equal with the op in every block, eager and CUDA graphs). */
 static const int h3_norm_cast_validated[] = {90};
 
-/* Whether param `param` of call `c` has its `len` recorded bytes at offset 0, all zero. */
-static bool h3_nc_zero_bytes(const struct h3_sig_call *c, uint16_t param, uint16_t len)
+/* Whether pointer parameter `param` of call `c` is recorded as NULL. */
+static bool h3_nc_null(const struct h3_sig_call *c, uint16_t param)
 {
-    for (uint32_t i = 0; i < c->nbytes; i++) {
-        const struct h3_sig_bytes *b = &c->bytes[i];
-        if (b->param != param || b->offset != 0 || b->len < len)
-            continue;
-        for (uint16_t k = 0; k < len; k++)
-            if (b->data[k] != 0)
-                return false;
-        return true;
-    }
-    return false;
+    static const uint8_t zero[8];
+    return h3_sig_bytes_are(c, param, 0, zero, sizeof(zero));
 }
 
 bool h3_sig_is_rmsnorm(const struct h3_sig_call *c, bool weight)
@@ -48,9 +40,9 @@ bool h3_sig_is_rmsnorm(const struct h3_sig_call *c, bool weight)
     static const uint16_t sizes[8] = {4, 4, 8, 8, 8, 8, 8, 8};
     return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "vectorized_layer_norm_kernelIffLb1E") != NULL &&
            c->nparams == 8 && memcmp(c->param_sizes, sizes, sizeof(sizes)) == 0 && c->have_config &&
-           c->block[0] == 32 && c->block[1] == 4 && c->block[2] == 1 && h3_nc_zero_bytes(c, 4, 8) &&
-           h3_nc_zero_bytes(c, 5, 8) && h3_sig_slot_at(c, 2, 0) >= 0 &&
-           (weight ? h3_sig_slot_at(c, 3, 0) >= 0 : h3_nc_zero_bytes(c, 3, 8)) && h3_sig_slot_at(c, 6, 0) >= 0 &&
+           c->block[0] == 32 && c->block[1] == 4 && c->block[2] == 1 && h3_nc_null(c, 4) &&
+           h3_nc_null(c, 5) && h3_sig_slot_at(c, 2, 0) >= 0 &&
+           (weight ? h3_sig_slot_at(c, 3, 0) >= 0 : h3_nc_null(c, 3)) && h3_sig_slot_at(c, 6, 0) >= 0 &&
            h3_sig_slot_at(c, 7, 0) >= 0;
 }
 
@@ -178,12 +170,11 @@ static const int h3_residual_norm_validated[] = {0};
 static bool h3_rn_is_mul(const struct h3_sig_call *c, struct h3_ew2d *l)
 {
     static const uint8_t dtypes[4] = {3, 6, 5, 6}; /* 3 operands: float, half, float */
-    uint32_t d;
     return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "gpu_kernel_implINS0_13BinaryFunctorIfffNS0_15binary_"
                                                          "internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseE") != NULL &&
            h3_ew2d_read(c, 3, l) && l->elem[0] == 4 && l->elem[1] == 2 && l->elem[2] == 4 &&
            l->row[0] == 4 * l->width && l->row[1] % 4 == 0 && l->row[2] == 0 && l->width % 4 == 0 &&
-           h3_sig_u32(c, 1, H3_EW2D_DATA(3) + 24, &d) && memcmp(&d, dtypes, 4) == 0;
+           h3_sig_bytes_are(c, 1, H3_EW2D_DATA(3) + 24, dtypes, sizeof(dtypes));
 }
 
 /* The add after it: vectorized CUDAFunctor_add<float> with alpha 1, out = a + mul's output. */

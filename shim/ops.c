@@ -269,20 +269,6 @@ bool h3_sig_u32(const struct h3_sig_call *c, uint16_t param, uint16_t offset, ui
 }
 
 /* Reads an elementwise_kernel<128,4> closure with OffsetCalculator<nargs> at offset 0 of param 1. */
-bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew2d *l)
-{
-    uint32_t dims;
-    if (c->nparams != 2 || !h3_sig_u32(c, 0, 0, &l->n) || !h3_sig_u32(c, 1, 0, &dims) || dims != 2 ||
-        !h3_sig_u32(c, 1, 4, &l->width) || !h3_sig_u32(c, 1, 16, &l->rows))
-        return false;
-    const uint16_t strides = 4 + 25 * 12;
-    for (unsigned a = 0; a < nargs; a++)
-        if (!h3_sig_u32(c, 1, (uint16_t)(strides + 4 * a), &l->elem[a]) ||
-            !h3_sig_u32(c, 1, (uint16_t)(strides + 4 * nargs + 4 * a), &l->row[a]))
-            return false;
-    return l->n == l->width * l->rows;
-}
-
 bool h3_ew_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew *l)
 {
     if (c->nparams != 2 || nargs > 3 || !h3_sig_u32(c, 0, 0, &l->n) || !h3_sig_u32(c, 1, 0, &l->dims) ||
@@ -333,4 +319,15 @@ bool h3_sig_root(const struct h3_sig *sig, uint32_t call, uint16_t param, uint16
         *rc = x->ref_call, *rs = x->ref_slot;
     }
     return false;
+}
+
+bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew2d *l)
+{
+    struct h3_ew e;
+    if (!h3_ew_read(c, nargs, &e) || e.dims != 2)
+        return false;
+    l->n = e.n, l->width = e.size[0], l->rows = e.size[1];
+    for (unsigned a = 0; a < nargs; a++)
+        l->elem[a] = e.stride[0][a], l->row[a] = e.stride[1][a];
+    return l->n == l->width * l->rows;
 }
