@@ -123,14 +123,16 @@ extern "C" __global__ void __launch_bounds__(128)
  * rn32(float(b) * s)), h' = h + p (rn32, CUDAFunctor_add with alpha 1), then
  * RMSNorm of h' as h3_rmsnorm_f32 computes it, and the FP16 cast.  Writes p
  * and h' as the two element-wise launches do, then y, rstd and y16 (each
- * optional).  b16 rows are `b_stride` elements apart; everything else is
- * dense rows of n.
+ * optional but h').  b16 rows are `b_stride` elements apart; everything
+ * else is dense rows of n.  No __restrict__ on what may share memory: PyTorch
+ * may have given y the memory of h, and y16 that of b16, freed before they
+ * were allocated.  A thread writes those elements only after it read the
+ * inputs in their place, so that stays exact (the op checks the rest).
  */
 extern "C" __global__ void __launch_bounds__(128)
-    h3_residual_rmsnorm_f32(const __half *__restrict__ b16, long long b_stride, const float *__restrict__ scale,
-                            const float *__restrict__ h, float *__restrict__ p_out, float *__restrict__ h_out,
-                            const float *__restrict__ gamma, float eps, int n, float *__restrict__ y,
-                            float *__restrict__ rstd, __half *__restrict__ y16)
+    h3_residual_rmsnorm_f32(const __half *b16, long long b_stride, const float *__restrict__ scale, const float *h,
+                            float *p_out, float *h_out, const float *__restrict__ gamma, float eps, int n, float *y,
+                            float *__restrict__ rstd, __half *y16)
 {
     const long long row = blockIdx.x;
     const int t = threadIdx.x + 32 * threadIdx.y, nvec = n / 4;
@@ -145,7 +147,8 @@ extern "C" __global__ void __launch_bounds__(128)
                                __fmul_rn(b23.y, sc.w));
         float4 o = make_float4(__fadd_rn(hh.x, p.x), __fadd_rn(hh.y, p.y), __fadd_rn(hh.z, p.z),
                                __fadd_rn(hh.w, p.w));
-        pv[i] = p;
+        if (p_out != nullptr)
+            pv[i] = p;
         ov[i] = o;
         s = h3_sumsq4(o, s);
     }

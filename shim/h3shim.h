@@ -526,6 +526,9 @@ bool h3_op_enabled(const struct h3_op *op);
 const char *h3_op_check(const struct h3_op *op);
 /* Counts a fallback of `op` for `why` (a string literal). */
 void h3_op_fallback(const struct h3_op *op, const char *why);
+/* Counts a run of `op` that took its other way `how` (a string literal; the
+ * stats print "op NAME ran with HOW N"). */
+void h3_op_note(const struct h3_op *op, const char *how);
 /* Runs `op` on a complete range that h3_op_check() allowed; counts the
  * outcome.  Returns NULL when the op ran, else the fallback reason. */
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor);
@@ -563,6 +566,17 @@ bool h3_sig_u32s_are(const struct h3_sig_call *c, uint16_t param, uint16_t offse
  * the call has no slot there. */
 bool h3_sig_root(const struct h3_sig *sig, uint32_t call, uint16_t param, uint16_t offset, uint32_t *rc,
                  uint32_t *rs, int64_t *delta);
+/* A buffer's bytes [lo, hi) on the device. */
+struct h3_span {
+    uint64_t lo, hi;
+};
+static inline bool h3_spans_overlap(struct h3_span a, struct h3_span b)
+{
+    return a.lo < b.hi && b.lo < a.hi;
+}
+/* Of a group's outputs in the order its launches write them, those a later
+ * one overlaps (freed memory nothing reads; see ops.c): a bit each. */
+uint64_t h3_outputs_freed(const struct h3_span *out, unsigned n);
 /* op_norm.c: PyTorch's FP32 RMSNorm launch (with or without weight; no
  * beta, no mean; 32x4 threads) and its vectorized float16_copy. */
 bool h3_sig_is_rmsnorm(const struct h3_sig_call *c, bool weight);

@@ -202,49 +202,38 @@ static bool h3_qk_side_read(const struct h3_deferred *calls, unsigned side, stru
            h3_qk_ptr(&r[R_CAT2], 1, 0) == sum && h3_qk_ptr(&r[R_CAT2], 1, 8) == n16 + 96;
 }
 
-/* An output buffer of the group, in the order PyTorch's launches write them. */
-struct h3_qk_buf {
-    void **field; /* where the parameter block holds it */
-    uint64_t lo, hi;
-};
-
-static bool h3_qk_overlaps(uint64_t alo, uint64_t ahi, uint64_t blo, uint64_t bhi)
-{
-    return alo < bhi && blo < ahi;
-}
-
 /*
  * Drops from the parameter block every output that a later output of the
- * group overlaps: the allocator gave its memory to that later output, so
- * PyTorch had freed it, and nothing can read it (k's rstd in q's, the rope's
- * products in q's FP32 copy).  Then no two outputs overlap.  Returns false
- * when an output overlaps an input (qkv, cos, sin).
+ * group overlaps (h3_outputs_freed: k's rstd in q's, the rope's products in
+ * q's FP32 copy).  Then no two outputs overlap.  Returns false when an
+ * output overlaps an input (qkv, cos, sin).
  */
-static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const uint64_t (*in)[2], unsigned nin)
+static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struct h3_span *in, unsigned nin)
 {
     /* Bytes per row of each field of struct h3_qk_side, in its order. */
     static const uint16_t per_row[10] = {256, 256, 4, 128, 96, 48, 96, 96, 96, 128};
-    struct h3_qk_buf b[20];
+    void **field[20];
+    struct h3_span b[20];
     unsigned n = 0;
     /* q's and k's copy, norm and cast (calls 5-10), then q's rope, then k's (11-22). */
     for (unsigned phase = 0; phase < 2; phase++)
         for (unsigned side = 0; side < 2; side++) {
             void **f = (void **)&p->side[side];
-            for (unsigned k = phase == 0 ? 0 : 4; k < (phase == 0 ? 4u : 10u); k++) {
-                uint64_t bytes = per_row[k] * (uint64_t)rows;
-                b[n++] = (struct h3_qk_buf){&f[k], (uint64_t)(uintptr_t)f[k], (uint64_t)(uintptr_t)f[k] + bytes};
+            for (unsigned k = phase == 0 ? 0 : 4; k < (phase == 0 ? 4u : 10u); k++, n++) {
+                field[n] = &f[k];
+                b[n] = (struct h3_span){(uint64_t)(uintptr_t)f[k], (uint64_t)(uintptr_t)f[k] + per_row[k] * (uint64_t)rows};
             }
         }
-    for (unsigned i = 0; i < n; i++)
-        for (unsigned k = i + 1; k < n; k++)
-            if (h3_qk_overlaps(b[i].lo, b[i].hi, b[k].lo, b[k].hi)) {
-                *b[i].field = NULL;
-                break;
-            }
-    for (unsigned i = 0; i < n; i++)
-        for (unsigned k = 0; k < nin && *b[i].field != NULL; k++)
-            if (h3_qk_overlaps(b[i].lo, b[i].hi, in[k][0], in[k][1]))
+    uint64_t freed = h3_outputs_freed(b, n);
+    for (unsigned i = 0; i < n; i++) {
+        if ((freed >> i) & 1) {
+            *field[i] = NULL;
+            continue;
+        }
+        for (unsigned k = 0; k < nin; k++)
+            if (h3_spans_overlap(b[i], in[k]))
                 return false;
+    }
     return true;
 }
 
@@ -268,9 +257,9 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
     if (memcmp(&eps, &eps_k, 4) != 0)
         return "layout";
     const uint64_t in_bytes = (uint64_t)(tokens - 1) * (uint64_t)r->arg[QK_TOKEN_STRIDE] * 2 + 2 * 64 * 3 * QK_HEADS;
-    const uint64_t inputs[3][2] = {{in[0], in[0] + in_bytes},
-                                   {cs[0][0], cs[0][0] + (uint64_t)tokens * 96},
-                                   {cs[0][1], cs[0][1] + (uint64_t)tokens * 96}};
+    const struct h3_span inputs[3] = {{in[0], in[0] + in_bytes},
+                                      {cs[0][0], cs[0][0] + (uint64_t)tokens * 96},
+                                      {cs[0][1], cs[0][1] + (uint64_t)tokens * 96}};
     if (!h3_qk_drop_freed(&p, rows, inputs, 3))
         return "aliased";
     p.qkv = (const void *)(uintptr_t)in[0];

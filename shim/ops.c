@@ -51,8 +51,10 @@ static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu, &h3_o
 #define H3_OP_REASONS 8
 struct h3_op_counts {
     atomic_ulong runs, calls;
-    _Atomic(const char *) reason[H3_OP_REASONS];
+    _Atomic(const char *) reason[H3_OP_REASONS]; /* why it fell back ... */
     atomic_ulong fallbacks[H3_OP_REASONS];
+    _Atomic(const char *) note[H3_OP_REASONS]; /* ... and how it ran where it has more than one way */
+    atomic_ulong noted[H3_OP_REASONS];
 };
 static struct h3_op_counts h3_op_counts[H3_OPS_COUNT];
 static bool h3_op_on[H3_OPS_COUNT];
@@ -161,18 +163,29 @@ static bool h3_int_in(int v, const int *list, unsigned n)
     return false;
 }
 
-/* Counts a fallback of op `i` for `why` (a string literal). */
-static void h3_op_count_fallback(unsigned i, const char *why)
+/* Counts `key` (a string literal) in a table of H3_OP_REASONS keys and counts. */
+static void h3_op_count_key(_Atomic(const char *) *keys, atomic_ulong *counts, const char *key)
 {
-    struct h3_op_counts *k = &h3_op_counts[i];
     for (unsigned s = 0; s < H3_OP_REASONS; s++) {
         const char *expected = NULL;
-        if (atomic_load(&k->reason[s]) == why ||
-            atomic_compare_exchange_strong(&k->reason[s], &expected, why) || expected == why) {
-            atomic_fetch_add_explicit(&k->fallbacks[s], 1, memory_order_relaxed);
+        if (atomic_load(&keys[s]) == key || atomic_compare_exchange_strong(&keys[s], &expected, key) ||
+            expected == key) {
+            atomic_fetch_add_explicit(&counts[s], 1, memory_order_relaxed);
             return;
         }
     }
+}
+
+/* Counts a fallback of op `i` for `why` (a string literal). */
+static void h3_op_count_fallback(unsigned i, const char *why)
+{
+    h3_op_count_key(h3_op_counts[i].reason, h3_op_counts[i].fallbacks, why);
+}
+
+void h3_op_note(const struct h3_op *op, const char *how)
+{
+    unsigned i = h3_op_index(op);
+    h3_op_count_key(h3_op_counts[i].note, h3_op_counts[i].noted, how);
 }
 
 /* Why `op` may not run on the current device, or NULL. */
@@ -234,6 +247,11 @@ void h3_ops_print_stats(void (*line)(const char *fmt, ...))
         struct h3_op_counts *k = &h3_op_counts[i];
         line("op %-12s %lu groups run (%lu calls)", h3_ops[i]->name, atomic_load(&k->runs), atomic_load(&k->calls));
         for (unsigned s = 0; s < H3_OP_REASONS; s++) {
+            const char *how = atomic_load(&k->note[s]);
+            if (how != NULL)
+                line("op %-12s ran with %-20s %lu", h3_ops[i]->name, how, atomic_load(&k->noted[s]));
+        }
+        for (unsigned s = 0; s < H3_OP_REASONS; s++) {
             const char *why = atomic_load(&k->reason[s]);
             if (why != NULL)
                 line("op %-12s fallback %-20s %lu", h3_ops[i]->name, why, atomic_load(&k->fallbacks[s]));
@@ -249,6 +267,8 @@ void h3_ops_reset(void)
         for (unsigned s = 0; s < H3_OP_REASONS; s++) {
             atomic_store(&h3_op_counts[i].reason[s], NULL);
             atomic_store(&h3_op_counts[i].fallbacks[s], 0);
+            atomic_store(&h3_op_counts[i].note[s], NULL);
+            atomic_store(&h3_op_counts[i].noted[s], 0);
         }
     }
 }
@@ -319,6 +339,26 @@ bool h3_sig_root(const struct h3_sig *sig, uint32_t call, uint16_t param, uint16
         *rc = x->ref_call, *rs = x->ref_slot;
     }
     return false;
+}
+
+/*
+ * The group's launches allocate their outputs in order from memory PyTorch's
+ * allocator holds; an output that a later output of the group overlaps was
+ * freed before that later one was allocated (live tensors never overlap),
+ * so nothing reads it after the group.  An op that writes every output at
+ * once must not write those: its threads would race with the later
+ * output's.  Returns the freed outputs' bits (bit i for out[i]).
+ */
+uint64_t h3_outputs_freed(const struct h3_span *out, unsigned n)
+{
+    uint64_t freed = 0;
+    for (unsigned i = 0; i < n && i < 64; i++)
+        for (unsigned k = i + 1; k < n; k++)
+            if (h3_spans_overlap(out[i], out[k])) {
+                freed |= 1ull << i;
+                break;
+            }
+    return freed;
 }
 
 bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew2d *l)

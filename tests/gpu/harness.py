@@ -579,7 +579,7 @@ def render_markdown(ev):
     for arm, a in ev["arms"].items():
         t = timing.get(arm, {})
         env_text = " ".join(f"{k}={v}" for k, v in a.get("env", {}).items() if k != "H3SHIM_TRACE") or \
-            ("trace" if arm == "C" else "no shim")
+            {"C": "trace", "S": "the defaults"}.get(arm, "no shim")
         lines.append(f"| {arm} | {env_text} | {a.get('correctness', {}).get('status')} | "
                      f"{fmt(t.get('eager_ms_per_request'), 1)} ({fmt(t.get('speedup_vs_A_eager_ms_per_request'))}) | "
                      f"{fmt(t.get('graph_ms_per_vit_call'))} ({fmt(t.get('speedup_vs_A_graph_ms_per_vit_call'))}) | "
@@ -598,7 +598,7 @@ def render_markdown(ev):
     ka, kall = pb.get("A", {}).get("kernels") or {}, pb.get("all", {}).get("kernels") or {}
     if ka:
         rows = list(ka.get("design_ms_by_row", {})) + sorted(
-            set(ka.get("ms_per_block_by_row", {})) | set(kall.get("ms_per_block_by_row", {}))
+            (set(ka.get("ms_per_block_by_row", {})) | set(kall.get("ms_per_block_by_row", {})))
             - set(ka.get("design_ms_by_row", {})))
         lines += ["", "GPU time per block by kernel kind (profiler, 20 eager blocks; ms):", "",
                   "| kind | DESIGN.md | A (no shim) | all ops |", "|---|---|---|---|"]

@@ -10,7 +10,8 @@ All five outputs (p, h2, y, rstd, y16) are compared as raw bits. Cases: the
 block's [1797, 2048] at several scales, millions of rows, a strided b16 (rows
 of a wider tensor), and special values: inf, nan, +-65504 and subnormal FP16
 products, huge and tiny h, rows where h cancels p exactly, scales with zeros
-and negatives. Writes a JSON document on stdout; exit status 0 when zero bits
+and negatives; and in place, as the op launches it where PyTorch's
+allocator gave y the memory of h and y16 that of b16. Writes a JSON document on stdout; exit status 0 when zero bits
 differ.
 
     python3 tests/gpu/test_residual_rmsnorm.py [--fatbin build/kernels.fatbin]
@@ -47,6 +48,21 @@ def kernel(fb, b16, scale, h, gamma, eps=EPS):
     return p, h2, y, rstd, y16
 
 
+def kernel_in_place(fb, b16, scale, h, gamma, eps=EPS):
+    """As PyTorch's allocator may arrange it: y in h's memory, y16 in b16's
+    (both freed before y and y16 were allocated), p not written (its memory
+    given to a later output). Returns None for p."""
+    rows, n = h.shape
+    nan = float("nan")
+    hb, bb = h.clone(), b16.clone()
+    h2 = torch.full_like(h, nan)
+    rstd = torch.full((rows,), nan, device="cuda")
+    fb.launch("h3_residual_rmsnorm_f32", (rows,), (32, 4),
+              [ptr(bb), ctypes.c_longlong(bb.stride(0)), ptr(scale), ptr(hb), ctypes.c_void_p(0), ptr(h2),
+               ptr(gamma), ctypes.c_float(eps), ctypes.c_int(n), ptr(hb), ptr(rstd), ptr(bb)])
+    return None, h2, hb, rstd, bb
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fatbin", default=DEFAULT)
@@ -56,11 +72,11 @@ def main():
     cases = []
     names = ("p", "h2", "y", "rstd", "y16")
 
-    def run(name, b16, scale, h, gamma):
+    def run(name, b16, scale, h, gamma, launch=kernel):
         ref = reference(b16, scale, h, gamma)
-        got = kernel(fb, b16, scale, h, gamma)
+        got = launch(fb, b16, scale, h, gamma)
         case = {"case": name, "rows": h.shape[0], "n": h.shape[1], "elements": h.numel()}
-        case.update({f"{k}_bits_differing": bits_differing(g, r) for k, g, r in zip(names, got, ref)})
+        case.update({f"{k}_bits_differing": bits_differing(g, r) for k, g, r in zip(names, got, ref) if g is not None})
         cases.append(case)
 
     def randn(*shape, scale=1.0):
@@ -72,6 +88,8 @@ def main():
     for s in (1e-3, 1.0, 30.0, 1e3):
         run(f"H3 [1797,2048] b16 x{s}", randn(1797, n, scale=s).half(), scale, randn(1797, n, scale=4.0), gamma)
     run("[16384,2048]", randn(16384, n, scale=3).half(), scale, randn(16384, n), gamma)
+    run("in place: y over h, y16 over b16, p not written [16384,2048]", randn(16384, n, scale=3).half(), scale,
+        randn(16384, n), gamma, launch=kernel_in_place)
     wide = randn(1797, 3 * n).half()
     run("b16 rows of a wider tensor", wide[:, n:2 * n], scale, randn(1797, n), gamma)
     # Special values.
