@@ -136,6 +136,37 @@ static const char *h3_nc_read(const struct h3_deferred *norm, const struct h3_de
     return NULL;
 }
 
+/*
+ * The outputs in the order the two launches write them (y, rstd, y16):
+ * those a later one overlaps are not written (h3_outputs_freed).  False
+ * when one written overlaps an input (the kernel's pointers are
+ * __restrict__).
+ */
+static bool h3_nc_outputs(struct h3_nc_args *a)
+{
+    uint64_t *field[3] = {&a->y, &a->rstd, &a->out};
+    const uint64_t f32 = (uint64_t)a->rows * (uint64_t)a->n * 4, n4 = (uint64_t)a->n * 4;
+    const struct h3_span out[3] = {
+        {a->y, a->y + f32}, {a->rstd, a->rstd + (uint64_t)a->rows * 4}, {a->out, a->out + f32 / 2}};
+    const struct h3_span in[2] = {{a->x, a->x + f32}, {a->gamma, a->gamma + n4}};
+    uint64_t freed = h3_outputs_freed(out, 3);
+    for (unsigned i = 0; i < 3; i++) {
+        if ((freed >> i) & 1)
+            *field[i] = 0;
+        else if (h3_spans_overlap(out[i], in[0]) || h3_spans_overlap(out[i], in[1]))
+            return false;
+    }
+    return true;
+}
+
+/* The norm and its cast as one launch of h3_rmsnorm_f32 on the norm's stream. */
+static const char *h3_nc_launch(const struct h3_deferred *norm, struct h3_nc_args *a)
+{
+    void *args[] = {&a->x, &a->gamma, &a->eps, &a->n, &a->y, &a->rstd, &a->out};
+    const unsigned grid[3] = {a->rows, 1, 1}, block[3] = {32, 4, 1};
+    return h3_kernels_launch("h3_rmsnorm_f32", norm, grid, block, args);
+}
+
 static const char *h3_nc_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     (void)anchor;
@@ -144,23 +175,7 @@ static const char *h3_nc_run(const struct h3_op_range *r, const struct h3_deferr
     const char *why = h3_nc_read(norm, &calls[r->arg[NC_CAST]], &a);
     if (why != NULL)
         return why;
-    /* The outputs in the order the two launches write them; those a later
-     * one overlaps are not written (h3_outputs_freed), and none written may
-     * overlap an input (the kernel's pointers are __restrict__). */
-    uint64_t *field[3] = {&a.y, &a.rstd, &a.out};
-    const uint64_t f32 = (uint64_t)a.rows * (uint64_t)a.n * 4, n4 = (uint64_t)a.n * 4;
-    const struct h3_span out[3] = {{a.y, a.y + f32}, {a.rstd, a.rstd + (uint64_t)a.rows * 4}, {a.out, a.out + f32 / 2}};
-    const struct h3_span in[2] = {{a.x, a.x + f32}, {a.gamma, a.gamma + n4}};
-    uint64_t freed = h3_outputs_freed(out, 3);
-    for (unsigned i = 0; i < 3; i++) {
-        if ((freed >> i) & 1)
-            *field[i] = 0;
-        else if (h3_spans_overlap(out[i], in[0]) || h3_spans_overlap(out[i], in[1]))
-            return "aliased";
-    }
-    void *args[] = {&a.x, &a.gamma, &a.eps, &a.n, &a.y, &a.rstd, &a.out};
-    const unsigned grid[3] = {a.rows, 1, 1}, block[3] = {32, 4, 1};
-    return h3_kernels_launch("h3_rmsnorm_f32", norm, grid, block, args);
+    return h3_nc_outputs(&a) ? h3_nc_launch(norm, &a) : "aliased";
 }
 
 const struct h3_op h3_op_norm_cast = {
@@ -242,17 +257,29 @@ static unsigned h3_rn_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
  * output may overlap an input only where the kernel's thread reads the
  * input element before it writes the output element in its place: an FP32
  * row output at h itself, or y16 at b16 itself with dense rows.  PyTorch
- * may give y16 the memory of a freed h (or b16) at another offset, where
- * y16's rows fall on other blocks' input rows: then the kernel leaves y16
- * to the held cast launch, issued after it (RN_CAST_APART).  Any other
- * overlap: RN_ALIASED.
+ * gives freed memory to later outputs at any offset, though, where their
+ * rows fall on other blocks' input rows; then the op keeps what is exact:
+ *
+ *   RN_CAST_APART  y16 only: the kernel leaves y16 to the held cast,
+ *                  issued after it;
+ *   RN_NORM_ONLY   any other output: the held mul and add are issued, then
+ *                  the norm and cast as one kernel (norm_cast's).
+ *
+ * *clash names the first overlap found ("h_in_b16": h' in b16's memory).
  */
-enum h3_rn_outputs { RN_FUSED, RN_CAST_APART, RN_ALIASED };
+enum h3_rn_outputs { RN_FUSED, RN_CAST_APART, RN_NORM_ONLY };
 
 static enum h3_rn_outputs h3_rn_outputs(struct h3_nc_args *a, uint64_t b16, long long b_stride, uint64_t scale,
-                                        uint64_t h, uint64_t *p, uint64_t *h_out)
+                                        uint64_t h, uint64_t *p, uint64_t *h_out, const char **clash)
 {
     enum { P, H_OUT, Y, RSTD, Y16 };
+    static const char *const names[5][4] = {
+        {"p_in_h", "p_in_b16", "p_in_scale", "p_in_gamma"},
+        {"h_in_h", "h_in_b16", "h_in_scale", "h_in_gamma"},
+        {"y_in_h", "y_in_b16", "y_in_scale", "y_in_gamma"},
+        {"rstd_in_h", "rstd_in_b16", "rstd_in_scale", "rstd_in_gamma"},
+        {"y16_in_h", "y16_in_b16", "y16_in_scale", "y16_in_gamma"},
+    };
     const uint64_t f32 = (uint64_t)a->rows * (uint64_t)a->n * 4, n4 = (uint64_t)a->n * 4;
     uint64_t *field[5] = {p, h_out, &a->y, &a->rstd, &a->out};
     const uint64_t size[5] = {f32, f32, f32, (uint64_t)a->rows * 4, f32 / 2};
@@ -264,22 +291,28 @@ static enum h3_rn_outputs h3_rn_outputs(struct h3_nc_args *a, uint64_t b16, long
                                   {scale, scale + n4},
                                   {a->gamma, a->gamma + n4}};
     uint64_t freed = h3_outputs_freed(out, 5);
-    if ((freed >> H_OUT) & 1 || (freed >> Y) & 1) /* the kernel reads h' back; the cast reads y */
-        return RN_ALIASED;
     enum h3_rn_outputs how = RN_FUSED;
+    *clash = NULL;
     for (unsigned i = 0; i < 5; i++) {
-        if ((freed >> i) & 1) {
-            *field[i] = 0;
+        if ((freed >> i) & 1)
             continue;
-        }
         const bool in_place[4] = {i <= Y && out[i].lo == h, i == Y16 && out[i].lo == b16 && b_stride == a->n};
         for (unsigned k = 0; k < 4; k++)
             if (h3_spans_overlap(out[i], in[k]) && !in_place[k]) {
-                if (i != Y16)
-                    return RN_ALIASED;
-                how = RN_CAST_APART;
+                if (*clash == NULL)
+                    *clash = names[i][k];
+                how = i == Y16 && how == RN_FUSED ? RN_CAST_APART : RN_NORM_ONLY;
             }
     }
+    /* The kernel reads h' back for the norm, the held cast reads y. */
+    if ((freed >> H_OUT) & 1 || (freed >> Y) & 1) {
+        *clash = *clash != NULL ? *clash : "h_or_y_freed";
+        how = RN_NORM_ONLY;
+    }
+    if (how == RN_FUSED || how == RN_CAST_APART)
+        for (unsigned i = 0; i < 5; i++)
+            if ((freed >> i) & 1)
+                *field[i] = 0;
     return how;
 }
 
@@ -310,15 +343,28 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
     if (p % 16 != 0 || h % 16 != 0 || h_out % 16 != 0 || scale % 16 != 0 || b16 % 4 != 0)
         return "unaligned";
     long long b_stride = b_row / 2;
-    enum h3_rn_outputs how = h3_rn_outputs(&a, b16, b_stride, scale, h, &p, &h_out);
-    if (how == RN_ALIASED)
-        return "aliased";
+    const char *clash;
+    enum h3_rn_outputs how = h3_rn_outputs(&a, b16, b_stride, scale, h, &p, &h_out, &clash);
+    if (how == RN_NORM_ONLY) {
+        a.x = h_out; /* norm_cast's read of the norm saw it so */
+        if (!h3_nc_outputs(&a))
+            return "aliased";
+        if (h3_kernels_function("h3_rmsnorm_f32", norm->stream, &why) == NULL)
+            return why;
+        h3_engine_issue(mul, 1);
+        h3_engine_issue(add, 1);
+        why = h3_nc_launch(norm, &a);
+        if (why != NULL) /* the mul and add were issued: the norm and cast must follow */
+            h3_engine_issue(norm, 1), h3_engine_issue(&calls[r->arg[NC_CAST]], 1);
+        h3_op_note(&h3_op_residual_norm, clash);
+        return NULL;
+    }
     uint64_t y16 = how == RN_CAST_APART ? 0 : a.out;
     void *args[] = {&b16, &b_stride, &scale, &h, &p, &h_out, &a.gamma, &a.eps, &a.n, &a.y, &a.rstd, &y16};
     const unsigned grid[3] = {a.rows, 1, 1}, block[3] = {32, 4, 1};
     why = h3_kernels_launch("h3_residual_rmsnorm_f32", norm, grid, block, args);
     if (why == NULL && how == RN_CAST_APART) {
-        h3_op_note(&h3_op_residual_norm, "cast_apart");
+        h3_op_note(&h3_op_residual_norm, clash);
         h3_engine_issue(&calls[r->arg[NC_CAST]], 1); /* its error, if any, is counted as the engine's */
     }
     return why;
