@@ -27,6 +27,9 @@ def parse(stats):
         out["ops"][m.group(1)] = (int(m.group(2)), int(m.group(3)))
     for m in re.finditer(r"op (\S+)\s+fallback (\S+)\s+(\d+)", stats or ""):
         out["fallbacks"].setdefault(m.group(1), {})[m.group(2)] = int(m.group(3))
+    out["ran_with"] = {}  # how an op with more than one exact way ran, e.g. residual_norm: {h_in_b16: N}
+    for m in re.finditer(r"op (\S+)\s+ran with (\S+)\s+(\d+)", stats or ""):
+        out["ran_with"].setdefault(m.group(1), {})[m.group(2)] = int(m.group(3))
     m = re.search(r"weight_cache: (\d+) copies, ([\d.]+) MiB of GPU memory; (\d+) hits, (\d+) fills, (\d+) drops",
                   stats or "")
     if m:
@@ -80,7 +83,8 @@ def ops_verdict(stats, blocks, ops):
     text = (f"{s.get('complete')} of {blocks} block calls recognised ({s.get('broken')} broken attempts"
             f"{', first break: ' + s['first_break'] if s.get('first_break') else ''}); "
             + ", ".join(f"{op} ran {runs[op]} of {want[op]}" for op in ops)
-            + f"; fallbacks {s['fallbacks'] or 'none'}; flushes {s['flushes'] or 'none'}; "
+            + f"; fallbacks {s['fallbacks'] or 'none'}; ran with {s['ran_with'] or 'one way'}; "
+              f"flushes {s['flushes'] or 'none'}; "
               f"{s.get('issue_errors')} issue errors")
     return ok, text
 
