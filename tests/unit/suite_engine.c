@@ -18,6 +18,7 @@
 #include "t_common.h"
 
 #define T_REPLAY "build/tests/h3-block3-replay.txt"
+#define T_REPLAY_ALIAS "build/tests/h3-block3-replay-y16-in-h.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
 
@@ -29,6 +30,7 @@ static struct {
     bool fork_after; /* then fork: the child synchronises and writes its log to log_child */
     const char *log, *err, *trace, *log_child;
     const char *sigs; /* the signature file or directory to load (default: signatures/) */
+    const char *replay; /* the replay file, relative to the repository (default: T_REPLAY) */
 } t_run;
 
 /* One line per executed call: launches as their "exec" entry, library calls
@@ -60,7 +62,7 @@ static void *replay_thread(void *arg)
 {
     fw_replay_with_fn *fn = (fw_replay_with_fn *)dlsym(t_load("libh3fakeframework.so", RTLD_NOW | RTLD_LOCAL),
                                                        "fw_replay_with");
-    char *path = t_repo_path(T_REPLAY);
+    char *path = t_repo_path(t_run.replay != NULL ? t_run.replay : T_REPLAY);
     long bad = 0;
     long n = fn(path, arg, &bad);
     free(path);
@@ -583,6 +585,39 @@ START_TEST(residual_norm_replaces_the_mid_block_residual_and_norm)
 }
 END_TEST
 
+/* The recorded stream with one block's FP16 copy of norm2 moved into h's
+ * memory at an offset (tests/tools/replay_alias.py): the kernel would write
+ * its rows over other thread blocks' rows of h, so it leaves the copy to the
+ * held cast, issued right after it; the other blocks are as above. */
+START_TEST(residual_norm_leaves_a_copy_in_an_inputs_memory_to_the_cast)
+{
+    T_NEEDS_KERNELS();
+    t_run.replay = T_REPLAY_ALIAS;
+    char *base = replay_with("base-alias", t_disabled, NULL);
+    static const char *const env[] = {"H3SHIM_OP_RESIDUAL_NORM=1", NULL};
+    char *stats;
+    char *log = replay_with("residual_norm-alias", env, &stats);
+    t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "op residual_norm 9 groups run (36 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op residual_norm ran with y16_in_h             1") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+    /* p and y16 left unwritten (bits 0 and 3) in that block, p alone in the six others. */
+    ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 9 "), 1);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 1 "), 6);
+    const char *k = strstr(log, "residual_check 1 9 ");
+    ck_assert(k != NULL);
+    const char *next = strchr(k, '\n');
+    /* "exec HANDLE GRIDX ...": the cast's grid is 3594 blocks (0xe0a), the casts of calls 31-32 16 and 32768. */
+    char handle[32], grid[16];
+    ck_assert_msg(next != NULL && sscanf(next + 1, "exec %31s %15s", handle, grid) == 2 && strcmp(grid, "e0a") == 0,
+                  "the held cast does not follow the kernel: %.300s", k);
+    ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(base, "exec ") - 3 * 7 - 2 + 1);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
 START_TEST(an_op_falls_back_while_another_in_its_group_runs)
 {
     /* weight_cache cannot run (no room for copies) in the groups where
@@ -1073,6 +1108,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, norm_cast_replaces_each_norm_and_its_cast);
     tcase_add_test(ops, norm_cast_falls_back_exactly);
     tcase_add_test(ops, residual_norm_replaces_the_mid_block_residual_and_norm);
+    tcase_add_test(ops, residual_norm_leaves_a_copy_in_an_inputs_memory_to_the_cast);
     tcase_add_test(ops, an_op_falls_back_while_another_in_its_group_runs);
     tcase_add_test(ops, qk_norm_rope_replaces_the_18_launches_of_q_and_k);
     tcase_add_test(ops, all_ops_share_the_block);
