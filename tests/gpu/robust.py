@@ -20,8 +20,15 @@ SHA-256 must be the same in every process:
              preloaded in them too), then an H3 tile decoded in the parent.
   compiled   one H3 block compiled with torch.compile (Inductor's Triton
              kernels), at 1797 tokens.
+  nccl       (two GPUs) the tiles of a request split between two ranks with
+             torch.distributed over NCCL and all-gathered, the shim in both
+             ranks, against the same tiles on one GPU.
+  variants   the H3 decoder as users change it: batch 2, a smaller tile, bf16
+             autocast, no autocast, grad mode, another norm eps, forward
+             hooks on a block and on a GEMM; the stats lines show where the
+             ops ran and where the match broke.
 
-    python3 tests/gpu/robust.py [--shim build/libh3shim.so] [--rounds 2] [--items workloads,threads,children,compiled] [--tag SUFFIX]
+    python3 tests/gpu/robust.py [--shim build/libh3shim.so] [--rounds 2] [--items workloads,threads,children,compiled,variants,nccl] [--tag SUFFIX]
 
 Writes tests/evidence/<date>-<gpu>-robust.json and .md (and copies to $OUT).
 Exit status 0 when every item is bitwise equal across arms.
@@ -37,7 +44,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-ITEMS = ("workloads", "threads", "children", "compiled")
+ITEMS = ("workloads", "threads", "children", "compiled", "variants", "nccl")
 
 
 # ---------------------------------------------------------------- child side
@@ -220,6 +227,94 @@ def child_compiled():
     return {"compiled_block": sha(out), "eager_block": sha(eager)}
 
 
+def child_variants():
+    """The H3 decoder as users change it; each must decode exactly as without the shim (the
+    ops run where the signature still matches and fall back where it does not)."""
+    import torch
+    h3_vae, model = h3_model()
+    dev = torch.device("cuda")
+    tile = h3_vae.make_latent((1, 24, 7, 16, 16), 4, dev)
+    res = {}
+
+    def decode(name, x=tile, autocast=True, dtype=torch.float16, grad=False):
+        ctx = torch.enable_grad() if grad else torch.inference_mode()
+        try:
+            with ctx, torch.autocast("cuda", dtype=dtype, enabled=autocast):
+                for _ in range(2):
+                    y = model(x)
+            res[name] = sha(y)
+        except Exception as e:  # the model itself rejects some variants: the same with and without the shim
+            res[name] = f"raised {type(e).__name__}: {str(e)[:120]}"
+        torch.cuda.synchronize()
+
+    decode("as_recorded")
+    decode("batch_2", x=torch.cat([tile, h3_vae.make_latent((1, 24, 7, 16, 16), 5, dev)]))
+    decode("smaller_tile", x=tile[..., :12, :12].contiguous())
+    decode("bf16_autocast", dtype=torch.bfloat16)
+    decode("no_autocast_fp32", autocast=False)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    decode("grad_mode", grad=True)
+    model.requires_grad_(False)
+    blocks = model.decoder.blocks
+    for b in blocks:
+        b.norm1.eps = b.norm2.eps = 1e-6
+    decode("norm_eps_1e-6")
+    for b in blocks:
+        b.norm1.eps = b.norm2.eps = h3_vae.EPS
+    handle = blocks[1].register_forward_hook(lambda m, i, o: o * 1.0)
+    decode("forward_hook_on_block_1")
+    handle.remove()
+    handle = blocks[2].attn.to_qkv.register_forward_hook(lambda m, i, o: o.clone())
+    decode("forward_hook_on_to_qkv")
+    handle.remove()
+    decode("as_recorded_again")
+    return res
+
+
+def _nccl_rank(rank, world, port, out):
+    """One rank: decodes its share of the tiles on its GPU, all-gathers every tile's pixels."""
+    import torch
+    import torch.distributed as dist
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    h3_vae, model = h3_model()
+    dev = torch.device("cuda", rank)
+    tiles = [h3_vae.make_latent((1, 24, 7, 16, 16), 10 + i, dev) for i in range(4)]
+    with torch.inference_mode(), h3_vae.autocast(dev):
+        mine = torch.stack([model(t) for t in tiles[rank::world]])
+        gathered = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(gathered, mine)
+    if rank == 0:  # tile i is gathered[i % world][i // world]
+        order = torch.stack([gathered[i % world][i // world] for i in range(len(tiles))])
+        with open(out, "w") as f:
+            json.dump({"tiles_two_gpus": sha(order)}, f)
+    dist.destroy_process_group()
+
+
+def child_nccl():
+    """The tiles of one request split between two ranks (NCCL, one GPU each), all-gathered; and
+    the same tiles decoded one after the other on one GPU in this process."""
+    import socket
+    import tempfile
+    import torch
+    import torch.multiprocessing as mp
+    if torch.cuda.device_count() < 2:
+        return {"skipped": "fewer than 2 GPUs"}
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    out = tempfile.mktemp(suffix=".json")
+    mp.spawn(_nccl_rank, args=(2, port, out), nprocs=2, join=True)
+    res = json.load(open(out))
+    h3_vae, model = h3_model()
+    dev = torch.device("cuda", 0)
+    tiles = [h3_vae.make_latent((1, 24, 7, 16, 16), 10 + i, dev) for i in range(4)]
+    with torch.inference_mode(), h3_vae.autocast(dev):
+        res["tiles_one_gpu"] = sha(torch.stack([model(t) for t in tiles]))
+    return res
+
+
 # --------------------------------------------------------------- parent side
 
 def run_child(item, shim):
@@ -284,6 +379,10 @@ def main():
             vals = {f.get(k) for f in flats}
             outputs[k] = {"same_in_every_process": len(vals) == 1 and None not in vals
                           and not str(next(iter(vals))).startswith("error"), "values": sorted(map(str, vals))[:3]}
+        if item == "nccl":  # two ranks must give the one-GPU bits
+            for f in flats:
+                if "skipped" not in f and f.get("tiles_two_gpus") != f.get("tiles_one_gpu"):
+                    outputs["two_gpus_equal_one_gpu"] = {"same_in_every_process": False}
         if item == "threads":  # the threads' hashes must also equal the serial ones
             for f in flats:
                 for rnd in range(3):
@@ -292,6 +391,10 @@ def main():
                             outputs.setdefault("threads_equal_serial", {"same_in_every_process": False})
         item_ok = bool(keys) and all(o["same_in_every_process"] for o in outputs.values()) and \
             all(r["rc"] == 0 for arm in runs.values() for r in arm)
+        if keys == ["skipped"]:  # e.g. nccl on one GPU: neither pass nor fail, and said so
+            lines.append(f"## {item}: skipped ({flats[0]['skipped']})\n")
+            doc["items"][item] = {"skipped": flats[0]["skipped"]}
+            continue
         entry = {"pass": item_ok, "outputs": outputs, "runs": runs}
         if item == "workloads":
             over = {}
