@@ -260,19 +260,15 @@ static unsigned h3_rn_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
  * input element before it writes the output element in its place: an FP32
  * row output at h itself, or y16 at b16 itself with dense rows.  PyTorch
  * gives freed memory to later outputs at any offset, though, where their
- * rows fall on other blocks' input rows; then the op keeps what is exact:
- *
- *   RN_CAST_APART  y16 only: the kernel leaves y16 to the held cast,
- *                  issued after it;
- *   RN_NORM_ONLY   any other output: the held mul and add are issued, then
- *                  the norm and cast as one kernel (norm_cast's).
- *
- * *clash names the first overlap found ("h_in_b16": h' in b16's memory).
+ * rows fall on other blocks' input rows.  Then (false) the op keeps what is
+ * exact: the held mul and add are issued as they were, then the norm and
+ * its cast as one kernel (norm_cast's).  *clash names the first overlap
+ * found ("h_in_b16": h' in b16's memory).  (Leaving only y16 to the held
+ * cast would be exact too, but it never happened in the decode, so it would
+ * be a path without GPU evidence.)
  */
-enum h3_rn_outputs { RN_FUSED, RN_CAST_APART, RN_NORM_ONLY };
-
-static enum h3_rn_outputs h3_rn_outputs(struct h3_nc_args *a, uint64_t b16, long long b_stride, uint64_t scale,
-                                        uint64_t h, uint64_t *p, uint64_t *h_out, const char **clash)
+static bool h3_rn_fusable(struct h3_nc_args *a, uint64_t b16, long long b_stride, uint64_t scale, uint64_t h,
+                          uint64_t *p, uint64_t *h_out, const char **clash)
 {
     enum { P, H_OUT, Y, RSTD, Y16 };
     static const char *const names[5][4] = {
@@ -293,29 +289,24 @@ static enum h3_rn_outputs h3_rn_outputs(struct h3_nc_args *a, uint64_t b16, long
                                   {scale, scale + n4},
                                   {a->gamma, a->gamma + n4}};
     uint64_t freed = h3_outputs_freed(out, 5);
-    enum h3_rn_outputs how = RN_FUSED;
-    *clash = NULL;
+    if ((freed >> H_OUT) & 1) { /* the kernel reads h' back for the norm */
+        *clash = "h_freed";
+        return false;
+    }
     for (unsigned i = 0; i < 5; i++) {
         if ((freed >> i) & 1)
             continue;
         const bool in_place[4] = {i <= Y && out[i].lo == h, i == Y16 && out[i].lo == b16 && b_stride == a->n};
         for (unsigned k = 0; k < 4; k++)
             if (h3_spans_overlap(out[i], in[k]) && !in_place[k]) {
-                if (*clash == NULL)
-                    *clash = names[i][k];
-                how = i == Y16 && how == RN_FUSED ? RN_CAST_APART : RN_NORM_ONLY;
+                *clash = names[i][k];
+                return false;
             }
     }
-    /* The kernel reads h' back for the norm, the held cast reads y. */
-    if ((freed >> H_OUT) & 1 || (freed >> Y) & 1) {
-        *clash = *clash != NULL ? *clash : "h_or_y_freed";
-        how = RN_NORM_ONLY;
-    }
-    if (how == RN_FUSED || how == RN_CAST_APART)
-        for (unsigned i = 0; i < 5; i++)
-            if ((freed >> i) & 1)
-                *field[i] = 0;
-    return how;
+    for (unsigned i = 0; i < 5; i++)
+        if ((freed >> i) & 1)
+            *field[i] = 0;
+    return true;
 }
 
 static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
@@ -346,8 +337,7 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         return "unaligned";
     long long b_stride = b_row / 2;
     const char *clash;
-    enum h3_rn_outputs how = h3_rn_outputs(&a, b16, b_stride, scale, h, &p, &h_out, &clash);
-    if (how == RN_NORM_ONLY) {
+    if (!h3_rn_fusable(&a, b16, b_stride, scale, h, &p, &h_out, &clash)) {
         a.x = h_out; /* norm_cast's read of the norm saw it so */
         if (!h3_nc_outputs(&a))
             return "aliased";
@@ -361,15 +351,9 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         h3_op_note(&h3_op_residual_norm, clash);
         return NULL;
     }
-    uint64_t y16 = how == RN_CAST_APART ? 0 : a.out;
-    void *args[] = {&b16, &b_stride, &scale, &h, &p, &h_out, &a.gamma, &a.eps, &a.n, &a.y, &a.rstd, &y16};
+    void *args[] = {&b16, &b_stride, &scale, &h, &p, &h_out, &a.gamma, &a.eps, &a.n, &a.y, &a.rstd, &a.out};
     const unsigned grid[3] = {a.rows, 1, 1}, block[3] = {32, 4, 1};
-    why = h3_kernels_launch("h3_residual_rmsnorm_f32", norm, grid, block, args);
-    if (why == NULL && how == RN_CAST_APART) {
-        h3_op_note(&h3_op_residual_norm, clash);
-        h3_engine_issue(&calls[r->arg[NC_CAST]], 1); /* its error, if any, is counted as the engine's */
-    }
-    return why;
+    return h3_kernels_launch("h3_residual_rmsnorm_f32", norm, grid, block, args);
 }
 
 const struct h3_op h3_op_residual_norm = {

@@ -3,7 +3,8 @@
 first H3 block whose residual_norm runs fused, the FP16 copy of norm2's output
 (call 33, read by the w1 GEMM after it) lies inside h's memory at an offset,
 as PyTorch's allocator may place it once h is freed.  The residual_norm op
-must then leave that copy to the held cast launch (`ran with y16_in_h`).
+must then issue that block's mul and add as they were and the norm and its
+cast as one kernel (`ran with y16_in_h`).
 
     python3 tests/tools/replay_alias.py IN OUT
 """
