@@ -11,9 +11,10 @@ SHA-256 must be the same in every process:
              (FP16), a 3-D convolution stack (FP16 autocast), SDPA with a
              boolean mask and causal (bf16), FP32 GEMMs with TF32 off and on,
              and a torch.compile'd MLP (Triton kernels); random init, fixed
-             seeds.  Also times each (median ms per iteration, warm) for the
-             overhead: the ratio of the two arms' medians per round, then the
-             median over rounds.
+             seeds.  Also times each for the overhead (a warm loop of 20
+             iterations to a synchronisation, median of 7 loops): the ratio
+             of the two arms per round, then the median over rounds (use 5+
+             rounds for a 1% claim; arms alternate which goes first).
   threads    two threads decoding different H3 tiles at once, each on its own
              stream, against the same tiles decoded one after the other.
   children   DataLoader workers started by fork and by spawn (the shim is
@@ -54,19 +55,21 @@ def sha(t):
     return hashlib.sha256(t.detach().contiguous().cpu().view(torch.uint8).numpy()).hexdigest()
 
 
-def timed(fn, iters=10, warmup=3):
-    """(output, median ms per iteration): CUDA events around each warm iteration."""
+def timed(fn, loops=7, iters=20, warmup=5):
+    """(output, ms per iteration): the median over `loops` of a warm loop of `iters` iterations
+    timed by host clock to a device synchronisation (what a server sees: host dispatch and GPU
+    time together, the launch gaps included)."""
     import torch
     for _ in range(warmup):
         out = fn()
+    torch.cuda.synchronize()
     times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        out = fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+    for _ in range(loops):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            out = fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3 / iters)
     return out, statistics.median(times)
 
 
@@ -369,8 +372,8 @@ def main():
     doc, ok, lines = {"rounds": a.rounds, "items": {}}, True, []
     for item in a.items.split(","):
         runs = {"A": [], "S": []}
-        for _ in range(a.rounds):
-            for arm in ("A", "S"):
+        for rnd in range(a.rounds):  # A S, S A, A S, ...: neither arm always goes first
+            for arm in (("A", "S") if rnd % 2 == 0 else ("S", "A")):
                 runs[arm].append(run_child(item, a.shim if arm == "S" else None))
         flats = [flatten(r.get("result")) for arm in ("A", "S") for r in runs[arm]]
         keys = sorted(set().union(*flats))
