@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One call on the GPU machine for the evidence that changes most often: builds
+# the shim, then runs the named steps in order, each under its own time limit,
+# and packs every evidence file and log into one archive, rewritten after each
+# step (so a call that runs out of time still returns what finished).
+#
+#   tests/gpu/session.sh [STEP...]     (default: kernels decode variants threads)
+#
+# Steps (about how long each takes on an H200):
+#   kernels    each kernel's test against PyTorch, and weight_cache's (3-4 min)
+#   decode     full_decode.py: A, G and the defaults S, SG, 2 rounds (4 min)
+#   quick      full_decode.py on the quick latent, defaults, 1 round (1 min)
+#   variants threads children compiled workloads nccl
+#              robust.py's items, 2 rounds (workloads: 5 rounds)     (1-5 min)
+# The archive is $OUT/session.tgz when OUT is set, else build/session.tgz; the
+# evidence files also land in tests/evidence/. Exit status: 1 when a step failed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=(kernels decode variants threads)
+dest=${OUT:-$PWD/build}
+work=$(mktemp -d "${TMPDIR:-/tmp}/h3shim-session.XXXXXX")
+export OUT=$work
+status=0
+pack() { tar czf "$dest/session.tgz" -C "$work" . ; }
+
+if ! make -j"$(nproc)" >"$work/make.log" 2>&1; then
+    tail -20 "$work/make.log"; pack; exit 1
+fi
+run() { # NAME LIMIT COMMAND...
+    local name=$1 limit=$2; shift 2
+    echo "== $name (at most ${limit}s)"
+    timeout "$limit" "$@" >"$work/$name.log" 2>&1
+    local rc=$?
+    grep -E '^\| [A-Z]|Result|differing|: (pass|FAIL|skipped)|ran with|fallback' "$work/$name.log" | cut -c1-300 | tail -20
+    echo "== $name: rc=$rc"
+    [[ $rc -eq 0 ]] || status=1
+    pack
+}
+for step in "${steps[@]}"; do
+    case $step in
+        kernels)
+            # (test_norm_cast.py and test_residual_norm.py are the harness's names for two of these)
+            for t in rmsnorm residual_rmsnorm qk_norm_rope swiglu weight_cache; do
+                run "kernel-$t" 200 python3 "tests/gpu/test_$t.py" --fatbin build/kernels.fatbin
+            done ;;
+        decode) run decode 420 python3 tests/gpu/full_decode.py --arms S,SG --rounds 2 --tag=-defaults ;;
+        quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
+        workloads) run workloads 420 python3 tests/gpu/robust.py --items workloads --rounds 5 --tag=-workloads ;;
+        variants|threads|children|compiled|nccl)
+            run "$step" 300 python3 tests/gpu/robust.py --items "$step" --rounds 2 --tag="-$step" ;;
+        *) echo "session.sh: unknown step '$step'" >&2; status=2 ;;
+    esac
+done
+pack
+echo "session.sh: archive $dest/session.tgz"
+exit "$status"
