@@ -387,7 +387,13 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
             return -1;
         return copy(host, (CUdeviceptr)0x9000, sizeof(host), (CUstream)stream);
     }
-    case FW_INSERT_KERNEL: return __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, args, 0, stream);
+    case FW_INSERT_KERNEL: {
+        /* With a pointer (insert_ptr): a kernel that may write there (parameter sizes 8, 4, 16). */
+        uint64_t p0 = ptr, p2[2] = {0, 0};
+        uint32_t p1 = 0;
+        void *with_ptr[3] = {&p0, &p1, p2};
+        return __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, ptr != 0 ? with_ptr : args, 0, stream);
+    }
     case FW_INSERT_OTHER_STREAM:
         return __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, args, 0,
                                   (cudaStream_t)((uintptr_t)stream + 0x10000));

@@ -32,7 +32,8 @@ struct fw_replay_opts {
     enum fw_insert insert;
     uintptr_t stream;      /* when nonzero, every call goes to this stream */
     long stop_after;       /* when nonzero, the number of calls to make */
-    uintptr_t insert_ptr;  /* FW_INSERT_MEMSET: the address to write (default 0x7000) */
+    uintptr_t insert_ptr;  /* FW_INSERT_MEMSET: the address to write (default 0x7000); FW_INSERT_KERNEL:
+                              when set, the kernel's first parameter */
 };
 
 typedef void fw_setup_fn(void);

@@ -993,6 +993,22 @@ START_TEST(weight_cache_drops_a_copy_whose_source_is_written)
 }
 END_TEST
 
+START_TEST(weight_cache_drops_a_copy_a_launch_may_write)
+{
+    learn_block();
+    /* A kernel launched with a pointer into the fifth instance's to_qkv
+     * weight, right before that instance, after four blocks of launches
+     * whose activation pointers lie between the weights (each thread
+     * remembers such gaps): that copy is dropped and made again. */
+    t_run.opts = (struct fw_replay_opts){t_block.start, FW_INSERT_KERNEL, 0, 0, fifth_weight() + 4096};
+    char *stats;
+    char *log = replay_with("wc-launch-write", t_wc, &stats);
+    ck_assert_msg(strstr(stats, "47 hits, 25 fills, 1 drops") != NULL, "%s", tail_of(stats));
+    free(stats);
+    free(log);
+}
+END_TEST
+
 START_TEST(weight_cache_drops_everything_at_an_nccl_launch)
 {
     learn_block();
@@ -1096,6 +1112,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_casts_each_weight_once);
     tcase_add_test(ops, weight_cache_drops_a_copy_whose_source_is_written);
     tcase_add_test(ops, weight_cache_falls_back_exactly);
+    tcase_add_test(ops, weight_cache_drops_a_copy_a_launch_may_write);
     tcase_add_test(ops, weight_cache_drops_everything_at_an_nccl_launch);
     tcase_add_test(ops, swiglu_and_weight_cache_share_a_group);
     tcase_add_test(ops, switches_choose_the_ops);
