@@ -37,11 +37,14 @@ struct h3_matcher {
 
 struct h3_match_counts {
     atomic_ulong complete, broken;
+    atomic_ulong lookalike; /* GEMMs with one of the signature's shapes made while no attempt ran */
     _Atomic(const char *) first_break;
     atomic_uint first_break_call;
 };
 static struct h3_match_counts h3_match_counts[H3_MATCH_MAX_SIGS];
 static void h3_match_count_break(unsigned s, const char *why, uint32_t at);
+static bool h3_match_gemm_shape(const struct h3_sig *sig, const struct h3_lt_desc *lt);
+static void h3_match_count_lookalike(unsigned s);
 
 bool h3_match_on;
 static pthread_key_t h3_match_key;
@@ -212,8 +215,11 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
         h3_match_count_break(s, why, p->next);
         p->next = 0;
     }
-    if (h3_match_one(p, 0, c) != NULL)
+    if (h3_match_one(p, 0, c) != NULL) {
+        if (c->fn == H3_FN_cublasLtMatmul && h3_match_gemm_shape(p->sig, &c->u.lt))
+            h3_match_count_lookalike(s);
         return NULL;
+    }
     if (p->sig->ncalls == 1) {
         atomic_fetch_add_explicit(&h3_match_counts[s].complete, 1, memory_order_relaxed);
         return "group_complete";
@@ -226,6 +232,41 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
 /* Attempts that broke, none complete, before the matcher says so: a
  * signature recorded for another build must not fail silently. */
 #define H3_MATCH_WARN_AFTER 8
+
+/* Whether a cuBLASLt call has the m, n and k of one of the signature's. */
+static bool h3_match_gemm_shape(const struct h3_sig *sig, const struct h3_lt_desc *lt)
+{
+    enum { M = 6, N = 7, K = 8 }; /* in h3_sig_desc_keys */
+    for (uint32_t j = 0; j < sig->ncalls; j++) {
+        const struct h3_sig_call *sc = &sig->calls[j];
+        if (sc->kind == H3_SIG_MATMUL && (sc->desc_present >> M & 7) == 7 && sc->desc[M] == lt->m &&
+            sc->desc[N] == lt->n && sc->desc[K] == lt->k)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * A GEMM of the block's shape while no attempt runs: the process looks like
+ * the recorded model, but the signature's first call never came as recorded
+ * (another PyTorch build names or launches its kernels differently), so no
+ * attempt even starts and nothing breaks.  Said once, as the breaks are.
+ */
+static void h3_match_count_lookalike(unsigned s)
+{
+    unsigned long n = atomic_fetch_add_explicit(&h3_match_counts[s].lookalike, 1, memory_order_relaxed) + 1;
+    if (n == 4 * H3_MATCH_WARN_AFTER && atomic_load(&h3_match_counts[s].complete) == 0 &&
+        atomic_load(&h3_match_counts[s].broken) < H3_MATCH_WARN_AFTER) {
+        const struct h3_sig *sig = h3_signatures_get(s);
+        H3_WARN(H3_SUB_HOOK,
+                "signature %s/%s (%s): %d GEMMs with its shapes were made but none of its instances began (its "
+                "call 0, %s, never came as recorded); this process looks like the recorded model from another "
+                "build (PyTorch, CUDA or GPU), so nothing it covers is fused. Record it again for this build "
+                "(signatures/README.md)",
+                sig->model, sig->group, sig->path, 4 * H3_MATCH_WARN_AFTER,
+                sig->calls[0].kernel != NULL ? sig->calls[0].kernel : "a library call");
+    }
+}
 
 /* Counts a break of signature `s`'s instance in progress, and why. */
 static void h3_match_count_break(unsigned s, const char *why, uint32_t at)
@@ -294,6 +335,7 @@ void h3_match_reset(void)
     for (unsigned s = 0; s < H3_MATCH_MAX_SIGS; s++) {
         atomic_store(&h3_match_counts[s].complete, 0);
         atomic_store(&h3_match_counts[s].broken, 0);
+        atomic_store(&h3_match_counts[s].lookalike, 0);
         atomic_store(&h3_match_counts[s].first_break, NULL);
     }
 }

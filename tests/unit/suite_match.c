@@ -174,6 +174,37 @@ START_TEST(a_signature_that_never_matches_is_reported)
 }
 END_TEST
 
+START_TEST(a_lookalike_whose_first_call_never_comes_is_reported)
+{
+    /* Another build's hash in the layer-norm kernel's name, as PyTorch's
+     * anonymous namespaces give: no attempt ever begins, so nothing breaks,
+     * but the block's GEMM shapes keep coming; the shim says so once. */
+    t_edit = (struct t_edit){"_20_layer_norm_kernel_cu_9c5ada8a28vectorized_layer_norm_kernelIffLb1E", 0, 1,
+                             "_ZN2at6native53_GLOBAL__N__0badc0de_20_layer_norm_kernel_cu_0badc0de28vectorized_"
+                             "layer_norm_kernelIffLb1EEEviT0_PKT_S6_S6_PS3_S7_PS4_"};
+    const char *err = t_capture_stderr();
+    ck_assert_int_eq(t_in_child(replay_edited_child), 0);
+    char *text = t_read_file(err, NULL);
+    ck_assert_msg(strstr(text, "0 complete, 0 broken") != NULL, "%s", text);
+    const char *w = strstr(text, "GEMMs with its shapes were made but none of its instances began");
+    ck_assert_msg(w != NULL, "no warning in:\n%.2000s", text);
+    ck_assert_msg(strstr(w + 1, "GEMMs with its shapes") == NULL, "warned twice");
+    free(text);
+}
+END_TEST
+
+START_TEST(a_recognised_decode_gives_no_lookalike_warning)
+{
+    t_edit = (struct t_edit){"silu_kernel", 1, 2, "28752"}; /* the grid it has: an edit that changes nothing */
+    const char *err = t_capture_stderr();
+    ck_assert_int_eq(t_in_child(replay_edited_child), 0);
+    char *text = t_read_file(err, NULL);
+    ck_assert_msg(strstr(text, "9 complete, 0 broken") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "GEMMs with its shapes") == NULL, "%s", text);
+    free(text);
+}
+END_TEST
+
 Suite *t_suite_match(void)
 {
     Suite *s = suite_create("match");
@@ -185,6 +216,8 @@ Suite *t_suite_match(void)
     tcase_add_test(tc, a_changed_stable_byte_breaks_its_instance);
     tcase_add_test(tc, a_rewired_pointer_breaks_its_instance);
     tcase_add_test(tc, a_signature_that_never_matches_is_reported);
+    tcase_add_test(tc, a_lookalike_whose_first_call_never_comes_is_reported);
+    tcase_add_test(tc, a_recognised_decode_gives_no_lookalike_warning);
     suite_add_tcase(s, tc);
     return s;
 }
