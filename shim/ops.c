@@ -101,6 +101,18 @@ static bool h3_list_has(const char *list, const char *name)
 }
 
 /* The value of an op's own switch: 1, 0, or -1 when unset or bad. */
+/* "swiglu, weight_cache, ...": every op H3SHIM_OPS may name. */
+static const char *h3_op_names(void)
+{
+    static char names[256];
+    if (names[0] == '\0') {
+        size_t n = 0;
+        for (unsigned i = 0; i < H3_OPS_COUNT && n < sizeof(names); i++)
+            n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s", i > 0 ? ", " : "", h3_ops[i]->name);
+    }
+    return names;
+}
+
 static int h3_op_switch(const struct h3_op *op)
 {
     if (op == &h3_op_replay)
@@ -127,7 +139,7 @@ void h3_ops_setup(void)
             for (unsigned i = 0; i < H3_OPS_COUNT; i++)
                 known |= strcmp(h3_ops[i]->name, t) == 0;
             if (!known)
-                H3_WARN(H3_SUB_CONFIG, "H3SHIM_OPS names '%s', which is not an op (ops: swiglu, weight_cache)", t);
+                H3_WARN(H3_SUB_CONFIG, "H3SHIM_OPS names '%s', which is not an op (ops: %s)", t, h3_op_names());
         }
     }
     for (unsigned i = 0; i < H3_OPS_COUNT; i++) {
@@ -193,14 +205,26 @@ static const char *h3_op_sm_guard(unsigned i, const struct h3_op *op)
 {
     if (op->test_only)
         return NULL; /* the replay op launches nothing of its own */
+    /* Said once each, when a recognised block first meets it: the user
+     * preloaded the shim for this model and must not be left guessing. */
     int sm = h3_kernels_sm();
-    if (sm < 0)
+    if (sm < 0) {
+        H3_WARN_ONCE(H3_SUB_ENGINE, "the GPU's compute capability could not be read: no fused op runs, every "
+                                    "call passes through");
         return "sm_unknown";
-    if (!h3_int_in(sm, h3_sm_allow, h3_nsm_allow))
+    }
+    if (!h3_int_in(sm, h3_sm_allow, h3_nsm_allow)) {
+        H3_WARN_ONCE(H3_SUB_ENGINE, "SM %d is not in H3SHIM_SM_ALLOW: no fused op runs, every call passes "
+                                    "through", sm);
         return "sm_not_allowed";
+    }
     if (!h3_int_in(sm, op->validated_sms, op->nvalidated)) {
-        if (!h3_op_named[i])
+        if (!h3_op_named[i]) {
+            H3_WARN_ONCE(H3_SUB_ENGINE, "op %s (and any other op not validated on SM %d) is not run there: "
+                                        "its calls pass through unfused; H3SHIM_OPS=%s runs it unvalidated",
+                         op->name, sm, op->name);
             return "sm_not_validated";
+        }
         H3_WARN_ONCE(H3_SUB_ENGINE, "op %s runs on SM %d, where it is not validated (asked for by H3SHIM_OPS "
                                     "or its switch)", op->name, sm);
     }

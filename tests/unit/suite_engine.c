@@ -743,6 +743,19 @@ static void expect_fallback(const char *const *env, const char *reason, bool hel
     ck_assert_msg(strstr(stats, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats));
     ck_assert_msg(strstr(stats, "op swiglu       0 groups run") != NULL, "%s", tail_of(stats));
     ck_assert_int_eq(stat_after(stats, "engine: "), held ? 4 * T_INSTANCES : 0);
+    /* Where the GPU keeps every op from running, the user is told once, stats or not. */
+    static const struct {
+        const char *reason, *says;
+    } told[] = {{"sm_unknown", "compute capability could not be read"},
+                {"sm_not_allowed", "is not in H3SHIM_SM_ALLOW: no fused op runs"},
+                {"sm_not_validated", "is not run there: its calls pass through unfused"}};
+    for (size_t i = 0; i < sizeof(told) / sizeof(told[0]); i++) {
+        if (strcmp(reason, told[i].reason) != 0)
+            continue;
+        const char *w = strstr(stats, told[i].says);
+        ck_assert_msg(w != NULL && strstr(w + 1, told[i].says) == NULL, "%s: not told exactly once:\n%s", reason,
+                      tail_of(stats));
+    }
     free(stats);
     free(log);
     free(base);
@@ -805,6 +818,7 @@ START_TEST(switches_choose_the_ops)
         /* swiglu is validated on SM 90: on there by default, elsewhere only when named. */
         {{"H3SHIM_OPS=", NULL}, "op swiglu       9 groups run", true},
         {{"H3SHIM_OPS=", "FAKE_SM=100", NULL}, "op swiglu       fallback sm_not_validated     9", false},
+        {{"H3SHIM_OPS=", "FAKE_SM=100", NULL}, "is not run there: its calls pass through unfused", false},
         {{"H3SHIM_OPS=swiglu", "FAKE_SM=100", NULL}, "op swiglu runs on SM 100, where it is not validated", true},
         {{"H3SHIM_OPS=none", NULL}, "passthrough  matching_off", false},
         {{"H3SHIM_OPS=all", NULL}, "op swiglu       9 groups run", true},
