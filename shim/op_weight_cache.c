@@ -258,6 +258,9 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
     }
     size_t bytes = 2 * n;
     if (h3_wc.n == H3_WC_MAX || h3_wc.bytes + bytes > (size_t)h3_config.weight_cache_max_mb << 20) {
+        H3_WARN_ONCE(H3_SUB_ENGINE, "weight_cache: the copies reached H3SHIM_WEIGHT_CACHE_MAX_MB=%ld; the GEMMs "
+                                    "of weights beyond it cast them on every call, as without the shim",
+                     h3_config.weight_cache_max_mb);
         *why = "cache_full";
         return NULL;
     }
@@ -265,6 +268,9 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
     size_t free_b = 0, total_b = 0;
     if (info == NULL || info(&free_b, &total_b) != CUDA_SUCCESS || free_b < bytes ||
         (double)(free_b - bytes) < (double)total_b * (double)h3_config.weight_cache_min_free_pct / 100.0) {
+        H3_WARN_ONCE(H3_SUB_ENGINE, "weight_cache: a copy would leave less than H3SHIM_WEIGHT_CACHE_MIN_FREE_PCT=%ld%% "
+                                    "of GPU memory free; GEMMs whose weights have no copy cast them on every call, "
+                                    "as without the shim", h3_config.weight_cache_min_free_pct);
         *why = "low_memory";
         return NULL;
     }
