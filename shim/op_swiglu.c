@@ -75,6 +75,14 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     memcpy(&out, pm + r->arg[SW_MUL_OUT], 8);
     uint64_t up = gate + 2 * (uint64_t)r->arg[SW_WIDTH];
     long long stride = r->arg[SW_IN_STRIDE], rows = r->arg[SW_ROWS], width = r->arg[SW_WIDTH];
+    /* No output in the other's or in the input's memory (PyTorch's allocator
+     * may reuse freed memory inside a group; see ops.c): else the kernel's
+     * threads could race on elements another thread reads. */
+    const uint64_t dense = 2 * (uint64_t)rows * (uint64_t)width;
+    const struct h3_span o_silu = {silu_out, silu_out + dense}, o_mul = {out, out + dense},
+                         in = {gate, up + 2 * ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)width)};
+    if (h3_spans_overlap(o_silu, o_mul) || h3_spans_overlap(o_silu, in) || h3_spans_overlap(o_mul, in))
+        return "aliased";
     void *args[] = {&gate, &up, &stride, &silu_out, &out, &rows, &width};
     long long n = rows * width;
     unsigned threads = 256, blocks = (unsigned)((n + threads - 1) / threads);

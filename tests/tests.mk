@@ -91,17 +91,18 @@ REPLAY_TRACE := tests/record/data/h3-block3-h200-torch2.11-v2.jsonl.gz
 $(B)/tests/h3-block3-replay.txt: $(REPLAY_TRACE) scripts/trace_replay.py
 	@mkdir -p $(@D)
 	python3 scripts/trace_replay.py $(REPLAY_TRACE) -o $@
-$(B)/tests/h3-block3-replay-y16-in-h.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_alias.py
-	python3 tests/tools/replay_alias.py $< $@
+$(B)/tests/h3-block3-replay-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_alias.py
+	python3 tests/tools/replay_alias.py $* $< $@
+ALIAS_REPLAYS := $(B)/tests/h3-block3-replay-y16-in-h.txt $(B)/tests/h3-block3-replay-swiglu-out-in-gate.txt
 
 check-asan: $(B)/asan/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig $(B)/tests/h3-block3-replay.txt \
-  $(B)/tests/h3-block3-replay-y16-in-h.txt
+  $(ALIAS_REPLAYS)
 	@echo "== Check suites, sanitized library ($(B)/asan/libh3shim.so)"
 	$(CHECK_ENV) H3TEST_SHIM=$(B)/asan/libh3shim.so LD_PRELOAD="$(ASAN_RT) $(B)/asan/libh3shim.so" \
 	  $(B)/tests/check_h3shim
 
 check-release: $(B)/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig $(B)/tests/h3-block3-replay.txt \
-  $(B)/tests/h3-block3-replay-y16-in-h.txt
+  $(ALIAS_REPLAYS)
 	@echo "== Check suites, release library ($(B)/libh3shim.so)"
 	$(CHECK_ENV) H3TEST_SHIM=$(B)/libh3shim.so LD_PRELOAD="$(ASAN_RT) $(B)/libh3shim.so" \
 	  $(B)/tests/check_h3shim

@@ -19,6 +19,7 @@
 
 #define T_REPLAY "build/tests/h3-block3-replay.txt"
 #define T_REPLAY_ALIAS "build/tests/h3-block3-replay-y16-in-h.txt"
+#define T_REPLAY_SWIGLU_ALIAS "build/tests/h3-block3-replay-swiglu-out-in-gate.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
 
@@ -612,6 +613,28 @@ START_TEST(residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input)
 }
 END_TEST
 
+/* The first block's silu(g) * x moved into w1's output (its gate half) at an
+ * offset: the kernel would race there, so that block's two launches are
+ * issued as they were; the other eight are fused. */
+START_TEST(swiglu_falls_back_where_its_output_lands_in_its_input)
+{
+    T_NEEDS_KERNELS();
+    t_run.replay = T_REPLAY_SWIGLU_ALIAS;
+    char *base = replay_with("base-swiglu-alias", t_disabled, NULL);
+    static const char *const env[] = {"H3SHIM_OP_SWIGLU=1", NULL};
+    char *stats;
+    char *log = replay_with("swiglu-alias", env, &stats);
+    t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "op swiglu       8 groups run (16 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op swiglu       fallback aliased              1") != NULL, "%s", tail_of(stats));
+    ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), 8);
+    ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(base, "exec ") - 8);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
 START_TEST(an_op_falls_back_while_another_in_its_group_runs)
 {
     /* weight_cache cannot run (no room for copies) in the groups where
@@ -1143,6 +1166,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, norm_cast_falls_back_exactly);
     tcase_add_test(ops, residual_norm_replaces_the_mid_block_residual_and_norm);
     tcase_add_test(ops, residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input);
+    tcase_add_test(ops, swiglu_falls_back_where_its_output_lands_in_its_input);
     tcase_add_test(ops, an_op_falls_back_while_another_in_its_group_runs);
     tcase_add_test(ops, qk_norm_rope_replaces_the_18_launches_of_q_and_k);
     tcase_add_test(ops, all_ops_share_the_block);
