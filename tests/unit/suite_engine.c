@@ -586,6 +586,20 @@ START_TEST(residual_norm_replaces_the_mid_block_residual_and_norm)
 }
 END_TEST
 
+/* Replays `replay` (a rewritten replay file) without the shim's ops, into
+ * *base, and with `env`, returning the log and the stats. */
+static char *replay_rewritten(const char *replay, const char *tag, const char *const *env, char **base,
+                              char **stats)
+{
+    t_run.replay = replay;
+    char name[64];
+    snprintf(name, sizeof(name), "base-%s", tag);
+    *base = replay_with(name, t_disabled, NULL);
+    char *log = replay_with(tag, env, stats);
+    t_run.replay = NULL;
+    return log;
+}
+
 /* The recorded stream with one block's FP16 copy of norm2 moved into h's
  * memory at an offset (tests/tools/replay_alias.py): the kernel would write
  * its rows over other thread blocks' rows of h, so that block's mul and add
@@ -594,12 +608,9 @@ END_TEST
 START_TEST(residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input)
 {
     T_NEEDS_KERNELS();
-    t_run.replay = T_REPLAY_ALIAS;
-    char *base = replay_with("base-alias", t_disabled, NULL);
     static const char *const env[] = {"H3SHIM_OP_RESIDUAL_NORM=1", NULL};
-    char *stats;
-    char *log = replay_with("residual_norm-alias", env, &stats);
-    t_run.replay = NULL;
+    char *base, *stats;
+    char *log = replay_rewritten(T_REPLAY_ALIAS, "residual_norm-alias", env, &base, &stats);
     ck_assert_msg(strstr(stats, "op residual_norm 9 groups run (36 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm ran with y16_in_h             1") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm ran with h_in_b16             2") != NULL, "%s", tail_of(stats));
@@ -619,12 +630,9 @@ END_TEST
 START_TEST(swiglu_falls_back_where_its_output_lands_in_its_input)
 {
     T_NEEDS_KERNELS();
-    t_run.replay = T_REPLAY_SWIGLU_ALIAS;
-    char *base = replay_with("base-swiglu-alias", t_disabled, NULL);
     static const char *const env[] = {"H3SHIM_OP_SWIGLU=1", NULL};
-    char *stats;
-    char *log = replay_with("swiglu-alias", env, &stats);
-    t_run.replay = NULL;
+    char *base, *stats;
+    char *log = replay_rewritten(T_REPLAY_SWIGLU_ALIAS, "swiglu-alias", env, &base, &stats);
     ck_assert_msg(strstr(stats, "op swiglu       8 groups run (16 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op swiglu       fallback aliased              1") != NULL, "%s", tail_of(stats));
     ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), 8);

@@ -158,18 +158,30 @@ START_TEST(a_rewired_pointer_breaks_its_instance)
 }
 END_TEST
 
+/* Replays with t_edit; returns what the shim printed (stats included). */
+static char *edited_replay_stderr(void)
+{
+    const char *err = t_capture_stderr();
+    ck_assert_int_eq(t_in_child(replay_edited_child), 0);
+    return t_read_file(err, NULL);
+}
+
+/* Checks that `text` says `what` exactly once. */
+static void said_once(const char *text, const char *what)
+{
+    const char *w = strstr(text, what);
+    ck_assert_msg(w != NULL, "no '%s' in:\n%.2000s", what, text);
+    ck_assert_msg(strstr(w + 1, what) == NULL, "said twice: %s", what);
+}
+
 START_TEST(a_signature_that_never_matches_is_reported)
 {
     /* Every SiLU launch gets another grid, as under another PyTorch build:
      * no instance completes, and the shim says so once, without stats. */
     t_edit = (struct t_edit){"silu_kernel", 0, 2, "28751"};
-    const char *err = t_capture_stderr();
-    ck_assert_int_eq(t_in_child(replay_edited_child), 0);
-    char *text = t_read_file(err, NULL);
+    char *text = edited_replay_stderr();
     ck_assert_msg(strstr(text, "0 complete, ") != NULL, "%s", text);
-    const char *w = strstr(text, "attempts to match it broke and none completed (first break: config at call 35)");
-    ck_assert_msg(w != NULL, "no warning in:\n%.2000s", text);
-    ck_assert_msg(strstr(w + 1, "attempts to match it broke") == NULL, "warned twice");
+    said_once(text, "attempts to match it broke and none completed (first break: config at call 35)");
     free(text);
 }
 END_TEST
@@ -182,13 +194,9 @@ START_TEST(a_lookalike_whose_first_call_never_comes_is_reported)
     t_edit = (struct t_edit){"_20_layer_norm_kernel_cu_9c5ada8a28vectorized_layer_norm_kernelIffLb1E", 0, 1,
                              "_ZN2at6native53_GLOBAL__N__0badc0de_20_layer_norm_kernel_cu_0badc0de28vectorized_"
                              "layer_norm_kernelIffLb1EEEviT0_PKT_S6_S6_PS3_S7_PS4_"};
-    const char *err = t_capture_stderr();
-    ck_assert_int_eq(t_in_child(replay_edited_child), 0);
-    char *text = t_read_file(err, NULL);
+    char *text = edited_replay_stderr();
     ck_assert_msg(strstr(text, "0 complete, 0 broken") != NULL, "%s", text);
-    const char *w = strstr(text, "GEMMs with its shapes were made but none of its instances began");
-    ck_assert_msg(w != NULL, "no warning in:\n%.2000s", text);
-    ck_assert_msg(strstr(w + 1, "GEMMs with its shapes") == NULL, "warned twice");
+    said_once(text, "GEMMs with its shapes were made but none of its instances began");
     free(text);
 }
 END_TEST
@@ -196,9 +204,7 @@ END_TEST
 START_TEST(a_recognised_decode_gives_no_lookalike_warning)
 {
     t_edit = (struct t_edit){"silu_kernel", 1, 2, "28752"}; /* the grid it has: an edit that changes nothing */
-    const char *err = t_capture_stderr();
-    ck_assert_int_eq(t_in_child(replay_edited_child), 0);
-    char *text = t_read_file(err, NULL);
+    char *text = edited_replay_stderr();
     ck_assert_msg(strstr(text, "9 complete, 0 broken") != NULL, "%s", text);
     ck_assert_msg(strstr(text, "GEMMs with its shapes") == NULL, "%s", text);
     free(text);
