@@ -431,6 +431,11 @@ extern bool h3_match_on;
 /* Places an observed call in the signatures' groups: sets c->reason
  * (group_call, group_complete, no_match) and c->match_*. */
 void h3_match_call(struct h3_call *c);
+/* Whether this thread's matcher would compare a cuBLASLt call on `stream`
+ * with a signature's (an attempt in progress expects one next, or a
+ * signature begins with one): only then does it need the call's full
+ * description. */
+bool h3_match_wants_matmul(const void *stream);
 /* One stats line per signature: instances complete and broken. */
 void h3_match_print_stats(void (*line)(const char *fmt, ...));
 void h3_match_reset(void);

@@ -33,6 +33,10 @@ row "h3 stream, pass-through" "replay:$replay" "$blocks" H3SHIM_OPS=none
 row "h3 stream, matcher" "replay:$replay" "$blocks" H3SHIM_OPS=none H3SHIM_MATCH=1
 row "h3 stream, replay op" "replay:$replay" "$blocks" H3SHIM_OPS=none H3SHIM_OP_REPLAY=1
 row "h3 stream, defaults (ops on)" "replay:$replay" "$blocks" H3SHIM_MATCH=0
+# The block's cuBLASLt calls alone with the output's rows changed (field 38
+# of an M line): GEMMs of another model, outside any block.
+awk '$1 == "M" { $38 = $38 + 8; print }' "$replay" > /tmp/h3bench.gemms
+row "GEMMs outside a block" "replay:/tmp/h3bench.gemms" "$blocks"
 echo "(__cudaLaunchKernel crosses the shim twice: the runtime's own driver launch is interposed too."
 echo " The h3 stream is tests/record/data's H200 block trace, 516 calls, cycled; its library calls"
 echo " create and destroy their descriptors as PyTorch does, which most of direct_ns is.)"
