@@ -407,6 +407,9 @@ static void h3_group_note_op(struct h3_call *c, const struct h3_op_range *r)
     if (c->op == NULL || r->op != &h3_op_replay)
         c->op = r->op->name;
     c->op_calls += h3_op_range_calls(r);
+    const char *how = h3_op_take_note();
+    if (how != NULL)
+        c->op_how = how;
 }
 
 /* Whether range `r` (index `ri`) may run on the group held in `q`: its op

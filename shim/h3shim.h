@@ -308,6 +308,7 @@ struct h3_call {
     const char *op;                 /* the op that ran at this call, or NULL */
     uint32_t op_calls;              /* the calls the ops replaced */
     const char *op_fallback;        /* why an op of this group could not run */
+    const char *op_how;             /* how an op with more than one exact way ran (h3_op_note) */
     union {
         struct h3_lt_desc lt;
         struct h3_gemm_desc gemm;
@@ -534,6 +535,8 @@ void h3_op_fallback(const struct h3_op *op, const char *why);
 /* Counts a run of `op` that took its other way `how` (a string literal; the
  * stats print "op NAME ran with HOW N"). */
 void h3_op_note(const struct h3_op *op, const char *how);
+/* The `how` of this thread's last h3_op_note since the last call, or NULL (and forgets it). */
+const char *h3_op_take_note(void);
 /* Runs `op` on a complete range that h3_op_check() allowed; counts the
  * outcome.  Returns NULL when the op ran, else the fallback reason. */
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor);

@@ -194,10 +194,20 @@ static void h3_op_count_fallback(unsigned i, const char *why)
     h3_op_count_key(h3_op_counts[i].reason, h3_op_counts[i].fallbacks, why);
 }
 
+static _Thread_local const char *h3_op_last_note;
+
 void h3_op_note(const struct h3_op *op, const char *how)
 {
     unsigned i = h3_op_index(op);
     h3_op_count_key(h3_op_counts[i].note, h3_op_counts[i].noted, how);
+    h3_op_last_note = how;
+}
+
+const char *h3_op_take_note(void)
+{
+    const char *how = h3_op_last_note;
+    h3_op_last_note = NULL;
+    return how;
 }
 
 /* Why `op` may not run on the current device, or NULL. */

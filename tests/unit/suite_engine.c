@@ -181,6 +181,14 @@ static size_t count_lines_starting(const char *text, const char *prefix)
     return n;
 }
 
+static size_t count_occurrences(const char *text, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = text != NULL ? strstr(text, what) : NULL; p != NULL; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
 #define H3_ARRAY_LEN_T(a) (sizeof(a) / sizeof((a)[0]))
 
 /* With several ops: deferred launches = launches the ops took + those flushed. */
@@ -610,7 +618,16 @@ START_TEST(residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input)
     T_NEEDS_KERNELS();
     static const char *const env[] = {"H3SHIM_OP_RESIDUAL_NORM=1", NULL};
     char *base, *stats;
+    t_run.trace = t_path("residual-alias.jsonl");
     char *log = replay_rewritten(T_REPLAY_ALIAS, "residual_norm-alias", env, &base, &stats);
+    char *trace = t_read_file(t_run.trace, NULL);
+    t_run.trace = NULL;
+    /* The trace says how, at the call where the op ran. */
+    ck_assert_uint_eq(count_occurrences(trace, "\"op\":\"residual_norm\""), 9);
+    ck_assert_uint_eq(count_occurrences(trace, "\"op_how\":\"y16_in_h\""), 1);
+    ck_assert_uint_eq(count_occurrences(trace, "\"op_how\":\"h_in_b16\""), 2);
+    ck_assert_uint_eq(count_occurrences(trace, "\"op_how\""), 3);
+    free(trace);
     ck_assert_msg(strstr(stats, "op residual_norm 9 groups run (36 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm ran with y16_in_h             1") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm ran with h_in_b16             2") != NULL, "%s", tail_of(stats));
