@@ -343,6 +343,10 @@ void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int ver
  * writes when it writes some (dst NULL otherwise; bytes 0 when unknown, as
  * for a free). */
 void h3_desc_sync(struct h3_call *c, const void *stream, const void *dst, size_t bytes);
+/* The same for a 2-D, 3-D or 3-D peer copy: the device bytes it may write. */
+void h3_desc_copy2d(struct h3_call *c, const void *stream, const CUDA_MEMCPY2D *p);
+void h3_desc_copy3d(struct h3_call *c, const void *stream, const CUDA_MEMCPY3D *p);
+void h3_desc_copy3d_peer(struct h3_call *c, const void *stream, const CUDA_MEMCPY3D_PEER *p);
 
 /* ---- sigfile.c: signature files (signatures/FORMAT.md) ---- */
 

@@ -72,6 +72,26 @@ __typeof__(cuStreamBeginCapture_v2) cuStreamBeginCapture_v2_ptsz;
 __typeof__(cuStreamEndCapture) cuStreamEndCapture_ptsz;
 __typeof__(cuLaunchHostFunc) cuLaunchHostFunc_ptsz;
 __typeof__(cuGraphLaunch) cuGraphLaunch_ptsz;
+__typeof__(cuMemsetD16_v2) cuMemsetD16_v2_ptds;
+__typeof__(cuMemsetD16Async) cuMemsetD16Async_ptsz;
+__typeof__(cuMemsetD2D8_v2) cuMemsetD2D8_v2_ptds;
+__typeof__(cuMemsetD2D16_v2) cuMemsetD2D16_v2_ptds;
+__typeof__(cuMemsetD2D32_v2) cuMemsetD2D32_v2_ptds;
+__typeof__(cuMemsetD2D8Async) cuMemsetD2D8Async_ptsz;
+__typeof__(cuMemsetD2D16Async) cuMemsetD2D16Async_ptsz;
+__typeof__(cuMemsetD2D32Async) cuMemsetD2D32Async_ptsz;
+__typeof__(cuMemcpy2D_v2) cuMemcpy2D_v2_ptds;
+__typeof__(cuMemcpy2DUnaligned_v2) cuMemcpy2DUnaligned_v2_ptds;
+__typeof__(cuMemcpy2DAsync_v2) cuMemcpy2DAsync_v2_ptsz;
+__typeof__(cuMemcpy3D_v2) cuMemcpy3D_v2_ptds;
+__typeof__(cuMemcpy3DAsync_v2) cuMemcpy3DAsync_v2_ptsz;
+__typeof__(cuMemcpy3DPeer) cuMemcpy3DPeer_ptds;
+__typeof__(cuMemcpy3DPeerAsync) cuMemcpy3DPeerAsync_ptsz;
+__typeof__(cuMemcpyPeer) cuMemcpyPeer_ptds;
+__typeof__(cuMemcpyPeerAsync) cuMemcpyPeerAsync_ptsz;
+__typeof__(cuMemcpyBatchAsync_v2) cuMemcpyBatchAsync_v2_ptsz;
+__typeof__(cuMemcpy3DBatchAsync_v2) cuMemcpy3DBatchAsync_v2_ptsz;
+__typeof__(cuStreamAddCallback) cuStreamAddCallback_ptsz;
 cublasStatus_t cublasHgemm(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                            const struct __half *, const struct __half *, int, const struct __half *,
                            int, const struct __half *, struct __half *, int);

@@ -198,7 +198,8 @@ void h3_wcache_observe(const struct h3_call *c)
     if (hk->kind == H3_KIND_SYNC) {
         const char *name = hk->name;
         if (strstr(name, "GraphLaunch") != NULL || strstr(name, "LaunchHostFunc") != NULL ||
-            strstr(name, "BatchMemOp") != NULL || strstr(name, "Cooperative") != NULL) {
+            strstr(name, "AddCallback") != NULL || strstr(name, "BatchMemOp") != NULL ||
+            strstr(name, "BatchAsync") != NULL || strstr(name, "Cooperative") != NULL) {
             h3_wc_drop(0, UINT64_MAX);
         } else if (c->u.sync.dst != NULL) {
             uint64_t dst = (uint64_t)(uintptr_t)c->u.sync.dst, bytes = c->u.sync.bytes;

@@ -402,3 +402,40 @@ void h3_desc_sync(struct h3_call *c, const void *stream, const void *dst, size_t
     c->u.sync.dst = dst;
     c->u.sync.bytes = bytes;
 }
+
+/* Device bytes a 2-D or 3-D copy may write, from its destination's base to
+ * the end of its last row (a superset of what it writes); none when the
+ * destination is host memory or an array. */
+static void h3_desc_copy_dst(struct h3_call *c, const void *stream, CUmemorytype type, CUdeviceptr base,
+                             size_t pitch, size_t rows_per_slice, size_t slices, size_t x, size_t y, size_t z,
+                             size_t width)
+{
+    bool device = type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED;
+    size_t span = pitch * (rows_per_slice * z + y) + x + width +
+                  pitch * (rows_per_slice * (slices > 0 ? slices - 1 : 0) + (rows_per_slice > 0 ? rows_per_slice : 1));
+    h3_desc_sync(c, stream, device ? (const void *)(uintptr_t)base : NULL, device ? span : 0);
+}
+
+void h3_desc_copy2d(struct h3_call *c, const void *stream, const CUDA_MEMCPY2D *p)
+{
+    c->stream = stream;
+    if (p != NULL)
+        h3_desc_copy_dst(c, stream, p->dstMemoryType, p->dstDevice, p->dstPitch, p->Height, 1, p->dstXInBytes,
+                         p->dstY, 0, p->WidthInBytes);
+}
+
+void h3_desc_copy3d(struct h3_call *c, const void *stream, const CUDA_MEMCPY3D *p)
+{
+    c->stream = stream;
+    if (p != NULL)
+        h3_desc_copy_dst(c, stream, p->dstMemoryType, p->dstDevice, p->dstPitch, p->dstHeight, p->Depth,
+                         p->dstXInBytes, p->dstY, p->dstZ, p->WidthInBytes);
+}
+
+void h3_desc_copy3d_peer(struct h3_call *c, const void *stream, const CUDA_MEMCPY3D_PEER *p)
+{
+    c->stream = stream;
+    if (p != NULL)
+        h3_desc_copy_dst(c, stream, p->dstMemoryType, p->dstDevice, p->dstPitch, p->dstHeight, p->Depth,
+                         p->dstXInBytes, p->dstY, p->dstZ, p->WidthInBytes);
+}

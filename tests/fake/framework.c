@@ -55,6 +55,9 @@ struct fw_objects {
     cudnnHandle_t dnn;
     cudnnBackendDescriptor_t pack;
     void *workspace;
+    CUDA_MEMCPY2D copy2d; /* device-to-device copies of 0x800 bytes into 0x6000 */
+    CUDA_MEMCPY3D copy3d;
+    CUDA_MEMCPY3D_PEER copy3d_peer;
 };
 static _Thread_local struct fw_objects fw_obj;
 
@@ -109,6 +112,16 @@ static void fw_objects_make(uint64_t seed)
         cudnnBackendSetAttribute(o->pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
     }
     o->workspace = (void *)0x5000;
+    o->copy2d = (CUDA_MEMCPY2D){.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = 0x9000, .srcPitch = 64,
+                                .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = 0x6000, .dstPitch = 64,
+                                .WidthInBytes = 64, .Height = 32};
+    o->copy3d = (CUDA_MEMCPY3D){.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = 0x9000, .srcPitch = 64,
+                                .srcHeight = 32, .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = 0x6000,
+                                .dstPitch = 64, .dstHeight = 32, .WidthInBytes = 64, .Height = 32, .Depth = 1};
+    o->copy3d_peer = (CUDA_MEMCPY3D_PEER){.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = 0x9000,
+                                          .srcPitch = 64, .srcHeight = 32, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                                          .dstDevice = 0x6000, .dstPitch = 64, .dstHeight = 32,
+                                          .WidthInBytes = 64, .Height = 32, .Depth = 1};
     cublasSetStream_v2(o->blas, (cudaStream_t)(uintptr_t)(seed << 4));
     cudnnSetStream(o->dnn, (cudaStream_t)(uintptr_t)(seed << 4));
 }
@@ -135,8 +148,12 @@ static void fw_objects_make(uint64_t seed)
      Cdesc = fw_obj.lt_layout[2], Ddesc = fw_obj.lt_layout[3], algo = &fw_obj.lt_algo)
 #define h3_desc_gemm(c, handle, ...) (handle = fw_obj.blas)
 #define h3_desc_cudnn_execute(c, handle, plan, pack) (handle = fw_obj.dnn, pack = fw_obj.pack)
-/* A synchronising call's arguments are forwarded, never read. */
+/* A synchronising call's arguments are forwarded, never read, but for a
+ * 2-D or 3-D copy's description, which must be a valid struct. */
 #define h3_desc_sync(c, stream, dst, bytes) ((void)0)
+#define h3_desc_copy2d(c, stream, p) (p = &fw_obj.copy2d)
+#define h3_desc_copy3d(c, stream, p) (p = &fw_obj.copy3d)
+#define h3_desc_copy3d_peer(c, stream, p) (p = &fw_obj.copy3d_peer)
 #define h3_cudnn_note_set(desc, attr, type, count, elements)                                       \
     (desc = fw_obj.pack, attr = CUDNN_ATTR_VARIANT_PACK_WORKSPACE, type = CUDNN_TYPE_VOID_PTR, count = 1, \
      elements = &fw_obj.workspace)
@@ -368,6 +385,11 @@ static long long fw_replay_cudnn(char **tok, int n, uintptr_t stream)
     return r;
 }
 
+static void CUDA_CB fw_callback(CUstream stream, CUresult status, void *data)
+{
+    (void)stream, (void)status, (void)data;
+}
+
 /* Makes the call fw_replay_with() inserts before a call on `stream`. */
 static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t ptr)
 {
@@ -398,6 +420,12 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
         return __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, args, 0,
                                   (cudaStream_t)((uintptr_t)stream + 0x10000));
     case FW_INSERT_NCCL: return __cudaLaunchKernel((cudaKernel_t)&fw_nccl_kernel, one, one, args, 0, stream);
+    case FW_INSERT_COPY_2D: {
+        CUDA_MEMCPY2D copy = fw_obj.copy2d;
+        copy.dstDevice = ptr != 0 ? (CUdeviceptr)ptr : copy.dstDevice;
+        return cuMemcpy2DAsync_v2(&copy, (CUstream)stream);
+    }
+    case FW_INSERT_CALLBACK: return cuStreamAddCallback((CUstream)stream, fw_callback, NULL, 0);
     case FW_INSERT_COUNT: break;
     }
     return -1;

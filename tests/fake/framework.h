@@ -24,6 +24,8 @@ enum fw_insert {
     FW_INSERT_KERNEL,       /* a launch of another kernel on that stream */
     FW_INSERT_OTHER_STREAM, /* a launch of another kernel on another stream */
     FW_INSERT_NCCL,         /* a launch of an NCCL kernel (writes through device memory) on that stream */
+    FW_INSERT_COPY_2D,      /* cuMemcpy2DAsync_v2 (driver) on that stream, into insert_ptr (default 0x6000) */
+    FW_INSERT_CALLBACK,     /* cuStreamAddCallback on that stream */
     FW_INSERT_COUNT
 };
 
@@ -32,7 +34,7 @@ struct fw_replay_opts {
     enum fw_insert insert;
     uintptr_t stream;      /* when nonzero, every call goes to this stream */
     long stop_after;       /* when nonzero, the number of calls to make */
-    uintptr_t insert_ptr;  /* FW_INSERT_MEMSET: the address to write (default 0x7000); FW_INSERT_KERNEL:
+    uintptr_t insert_ptr;  /* FW_INSERT_MEMSET, FW_INSERT_COPY_2D: the address to write; FW_INSERT_KERNEL:
                               when set, the kernel's first parameter */
 };
 

@@ -287,7 +287,7 @@ START_TEST(replay_op_issues_every_group_once)
 END_TEST
 
 static const char *const t_insert_names[FW_INSERT_COUNT] = {
-    "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream", "nccl",
+    "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream", "nccl", "copy_2d", "callback",
 };
 
 /* The groups of the instance that a call inserted before its call p
@@ -1071,6 +1071,20 @@ START_TEST(weight_cache_drops_a_copy_a_launch_may_write)
 }
 END_TEST
 
+START_TEST(weight_cache_drops_a_copy_a_2d_copy_writes)
+{
+    learn_block();
+    /* A driver cuMemcpy2DAsync into the fifth instance's to_qkv weight, right
+     * before that instance: that copy is dropped and made again. */
+    t_run.opts = (struct fw_replay_opts){t_block.start, FW_INSERT_COPY_2D, 0, 0, fifth_weight() + 64};
+    char *stats;
+    char *log = replay_with("wc-copy2d", t_wc, &stats);
+    ck_assert_msg(strstr(stats, "47 hits, 25 fills, 1 drops") != NULL, "%s", tail_of(stats));
+    free(stats);
+    free(log);
+}
+END_TEST
+
 START_TEST(weight_cache_drops_everything_at_an_nccl_launch)
 {
     learn_block();
@@ -1184,6 +1198,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_drops_a_copy_whose_source_is_written);
     tcase_add_test(ops, weight_cache_falls_back_exactly);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_launch_may_write);
+    tcase_add_test(ops, weight_cache_drops_a_copy_a_2d_copy_writes);
     tcase_add_test(ops, weight_cache_drops_everything_at_an_nccl_launch);
     tcase_add_test(ops, swiglu_and_weight_cache_share_a_group);
     tcase_add_test(ops, switches_choose_the_ops);
