@@ -92,6 +92,13 @@ __typeof__(cuMemcpyPeerAsync) cuMemcpyPeerAsync_ptsz;
 __typeof__(cuMemcpyBatchAsync_v2) cuMemcpyBatchAsync_v2_ptsz;
 __typeof__(cuMemcpy3DBatchAsync_v2) cuMemcpy3DBatchAsync_v2_ptsz;
 __typeof__(cuStreamAddCallback) cuStreamAddCallback_ptsz;
+__typeof__(cuMemcpyDtoA_v2) cuMemcpyDtoA_v2_ptds;
+__typeof__(cuMemcpyAtoD_v2) cuMemcpyAtoD_v2_ptds;
+__typeof__(cuMemcpyHtoA_v2) cuMemcpyHtoA_v2_ptds;
+__typeof__(cuMemcpyAtoH_v2) cuMemcpyAtoH_v2_ptds;
+__typeof__(cuMemcpyAtoA_v2) cuMemcpyAtoA_v2_ptds;
+__typeof__(cuMemcpyHtoAAsync_v2) cuMemcpyHtoAAsync_v2_ptsz;
+__typeof__(cuMemcpyAtoHAsync_v2) cuMemcpyAtoHAsync_v2_ptsz;
 cublasStatus_t cublasHgemm(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                            const struct __half *, const struct __half *, int, const struct __half *,
                            int, const struct __half *, struct __half *, int);
