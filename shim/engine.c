@@ -554,6 +554,13 @@ void h3_engine_setup(void)
         any_op |= h3_op_enabled(h3_ops_get(o));
     if (!h3_config.engine || !any_op)
         return;
+    if (!h3_config.interpose_driver) {
+        /* A launch or copy made through the driver (Triton's, say) would not
+         * be seen, so it could run before launches held back earlier. */
+        H3_WARN(H3_SUB_ENGINE, "H3SHIM_INTERPOSE_DRIVER=0: calls made through the driver would not be seen, so "
+                               "nothing is held back and no fused op runs");
+        return;
+    }
     h3_groups_build();
     for (unsigned i = 0; i < h3_ngroups; i++)
         h3_engine_on |= h3_groups[i].nranges > 0;

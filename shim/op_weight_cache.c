@@ -343,8 +343,6 @@ static const char *h3_wc_check(const struct h3_op_range *r, const struct h3_defe
         return why;
     if (h3_stream_capturing(x.stream))
         return "capturing";
-    if (!h3_config.interpose_driver)
-        return "driver_not_interposed"; /* launches made through the driver would not be seen */
     __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
     if (h3_real_fn(H3_FN_cublasLtMatmul) == NULL || set == NULL)
         return "no_cublaslt";

@@ -1131,9 +1131,6 @@ START_TEST(weight_cache_falls_back_exactly)
     /* About 35 GiB of 141 free: a copy would leave less than the 25% kept free, though not less than 20%. */
     static const char *const low[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FAKE_MEM_FREE_MB=36000", NULL};
     expect_wc_fallback(low, "low_memory");
-    /* Launches libraries make through the driver would not be seen. */
-    static const char *const nodrv[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_INTERPOSE_DRIVER=0", NULL};
-    expect_wc_fallback(nodrv, "driver_not_interposed");
     static const char *const low_ok[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FAKE_MEM_FREE_MB=36000",
                                          "H3SHIM_WEIGHT_CACHE_MIN_FREE_PCT=20", NULL};
     char *stats;
@@ -1143,6 +1140,26 @@ START_TEST(weight_cache_falls_back_exactly)
     free(log);
     static const char *const sm[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FAKE_SM=80", NULL};
     expect_wc_fallback(sm, "sm_not_allowed");
+}
+END_TEST
+
+START_TEST(nothing_is_held_back_without_driver_interposition)
+{
+    /* Launches and copies made through the driver would not be seen, and one
+     * could run before the launches held back: every op is off, and the
+     * shim says so once. */
+    char *base = replay_with("base", t_disabled, NULL);
+    static const char *const env[] = {"H3SHIM_OPS=", "H3SHIM_INTERPOSE_DRIVER=0", NULL}; /* the defaults */
+    char *stats;
+    char *log = replay_with("nodrv", env, &stats);
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
+    ck_assert_int_le(stat_after(stats, "engine: "), 0); /* no engine line, or nothing deferred */
+    const char *says = "H3SHIM_INTERPOSE_DRIVER=0: calls made through the driver would not be seen";
+    const char *w = strstr(stats, says);
+    ck_assert_msg(w != NULL && strstr(w + 1, says) == NULL, "not said exactly once:\n%s", tail_of(stats));
+    free(stats);
+    free(log);
+    free(base);
 }
 END_TEST
 
@@ -1200,6 +1217,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_drops_a_copy_a_launch_may_write);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_2d_copy_writes);
     tcase_add_test(ops, weight_cache_drops_everything_at_an_nccl_launch);
+    tcase_add_test(ops, nothing_is_held_back_without_driver_interposition);
     tcase_add_test(ops, swiglu_and_weight_cache_share_a_group);
     tcase_add_test(ops, switches_choose_the_ops);
     tcase_add_test(ops, norm_cast_replaces_each_norm_and_its_cast);
