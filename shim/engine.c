@@ -200,12 +200,13 @@ enum h3_flush_why {
     H3_FLUSH_OTHER_STREAM,   /* a call of this thread on another stream */
     H3_FLUSH_NOT_DEFERRABLE, /* the group's next call cannot be copied */
     H3_FLUSH_LIMIT,          /* H3SHIM_ENGINE_MAX_CALLS or _BYTES reached */
+    H3_FLUSH_OTHER_THREAD,   /* another thread's call on the same stream (or the legacy stream) */
     H3_FLUSH_THREAD_EXIT,
     H3_FLUSH_EXIT,
     H3_FLUSH_COUNT
 };
 static const char *const h3_flush_names[H3_FLUSH_COUNT] = {
-    "foreign_call", "group_broken", "other_stream", "not_deferrable", "limit", "thread_exit", "exit",
+    "foreign_call", "group_broken", "other_stream", "not_deferrable", "limit", "other_thread", "thread_exit", "exit",
 };
 
 static atomic_ulong h3_flushes[H3_FLUSH_COUNT], h3_flushed_calls[H3_FLUSH_COUNT];
@@ -223,9 +224,27 @@ struct h3_queue {
     uint64_t allowed; /* the group's ranges whose op can run here (h3_group_allowed) */
     struct h3_deferred *calls;
     unsigned char *arena;
+    CUcontext ctx;        /* current when the held calls began: another thread issues them in it */
+    pthread_mutex_t lock; /* its owner holds it while it uses the queue; another thread to flush it */
+    atomic_bool holding;  /* n > 0, for the other threads' unlocked test */
 };
 
 static _Thread_local struct h3_queue *h3_queue;
+
+/*
+ * Every thread's queue, so that a call on one thread issues what another
+ * holds on the same stream first: held launches were made earlier, and the
+ * stream's order (and PyTorch's allocator, which gives memory freed on a
+ * stream to the next allocation on it, whichever thread makes it) relies on
+ * that.  The legacy default stream orders with every blocking stream, so a
+ * call on it, or a held group on it, counts as the same stream as any.
+ * Lock order: the registry, then a queue; an owner never takes the registry
+ * while it holds its own queue.
+ */
+#define H3_MAX_QUEUES 256
+static pthread_mutex_t h3_queues_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct h3_queue *h3_queues[H3_MAX_QUEUES];
+static atomic_uint h3_holding; /* queues holding calls */
 static pthread_key_t h3_queue_key;
 static pthread_once_t h3_queue_once = PTHREAD_ONCE_INIT;
 
@@ -293,6 +312,10 @@ unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n)
 
 static void h3_queue_clear(struct h3_queue *q)
 {
+    if (q->n > 0) {
+        atomic_store_explicit(&q->holding, false, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&h3_holding, 1, memory_order_relaxed);
+    }
     q->n = 0;
     q->used = 0;
     q->groups = NULL;
@@ -327,7 +350,15 @@ static void h3_queue_free(void *arg)
     struct h3_queue *q = arg;
     if (q == NULL)
         return;
+    pthread_mutex_lock(&h3_queues_lock);
+    for (unsigned i = 0; i < H3_MAX_QUEUES; i++)
+        if (h3_queues[i] == q)
+            h3_queues[i] = NULL;
+    pthread_mutex_unlock(&h3_queues_lock);
+    pthread_mutex_lock(&q->lock);
     h3_flush(q, H3_FLUSH_THREAD_EXIT, NULL);
+    pthread_mutex_unlock(&q->lock);
+    pthread_mutex_destroy(&q->lock);
     free(q->calls);
     free(q->arena);
     free(q);
@@ -336,7 +367,12 @@ static void h3_queue_free(void *arg)
 
 static void h3_engine_at_exit(void)
 {
-    h3_flush(h3_queue, H3_FLUSH_EXIT, NULL);
+    struct h3_queue *q = h3_queue;
+    if (q == NULL)
+        return;
+    pthread_mutex_lock(&q->lock);
+    h3_flush(q, H3_FLUSH_EXIT, NULL);
+    pthread_mutex_unlock(&q->lock);
 }
 
 static void h3_queue_key_make(void)
@@ -358,14 +394,57 @@ static struct h3_queue *h3_queue_get(void)
         return NULL;
     q->calls = calloc((size_t)h3_config.engine_max_calls, sizeof(*q->calls));
     q->arena = malloc((size_t)h3_config.engine_max_bytes);
-    if (q->calls == NULL || q->arena == NULL) {
+    bool registered = false;
+    if (q->calls != NULL && q->arena != NULL) {
+        pthread_mutex_lock(&h3_queues_lock);
+        for (unsigned i = 0; i < H3_MAX_QUEUES && !registered; i++)
+            if (h3_queues[i] == NULL)
+                h3_queues[i] = q, registered = true;
+        pthread_mutex_unlock(&h3_queues_lock);
+    }
+    if (!registered) { /* no memory, or more threads hold calls than the registry has room for */
         free(q->calls);
         free(q->arena);
         free(q);
         return NULL;
     }
+    pthread_mutex_init(&q->lock, NULL);
     pthread_setspecific(h3_queue_key, q);
     return h3_queue = q;
+}
+
+static bool h3_stream_is_legacy(const void *s)
+{
+    return s == NULL || s == (const void *)cudaStreamLegacy;
+}
+
+/* Issues, before call `c`, what other threads hold on its stream. */
+static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_call *c)
+{
+    __typeof__(&cuCtxGetCurrent) get = H3_LIB_FN(CUDA, cuCtxGetCurrent);
+    __typeof__(&cuCtxPushCurrent_v2) push = H3_LIB_FN(CUDA, cuCtxPushCurrent_v2);
+    __typeof__(&cuCtxPopCurrent_v2) pop = H3_LIB_FN(CUDA, cuCtxPopCurrent_v2);
+    pthread_mutex_lock(&h3_queues_lock);
+    for (unsigned i = 0; i < H3_MAX_QUEUES; i++) {
+        struct h3_queue *q = h3_queues[i];
+        if (q == NULL || q == self)
+            continue;
+        if (!atomic_load_explicit(&q->holding, memory_order_relaxed))
+            continue;
+        pthread_mutex_lock(&q->lock);
+        if (q->n > 0 && (q->stream == c->stream || h3_stream_is_legacy(c->stream) || h3_stream_is_legacy(q->stream))) {
+            CUcontext cur = NULL;
+            bool switched = q->ctx != NULL && get != NULL && push != NULL && pop != NULL &&
+                            get(&cur) == CUDA_SUCCESS && cur != q->ctx && push(q->ctx) == CUDA_SUCCESS;
+            h3_flush(q, H3_FLUSH_OTHER_THREAD, NULL);
+            if (switched) {
+                CUcontext popped;
+                pop(&popped);
+            }
+        }
+        pthread_mutex_unlock(&q->lock);
+    }
+    pthread_mutex_unlock(&h3_queues_lock);
 }
 
 #define H3_ALIGN16(n) (((n) + 15u) & ~(size_t)15u)
@@ -389,6 +468,13 @@ static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
         p += H3_ALIGN16((size_t)c->param_sizes[i]);
     }
     q->used += need;
+    if (q->n == 0) {
+        atomic_store_explicit(&q->holding, true, memory_order_relaxed);
+        atomic_fetch_add_explicit(&h3_holding, 1, memory_order_relaxed);
+        __typeof__(&cuCtxGetCurrent) get = H3_LIB_FN(CUDA, cuCtxGetCurrent);
+        if (get == NULL || get(&q->ctx) != CUDA_SUCCESS)
+            q->ctx = NULL;
+    }
     q->calls[q->n++] = (struct h3_deferred){
         .fn = c->fn,
         .handle = c->handle,
@@ -485,6 +571,10 @@ static bool h3_call_deferrable(const struct h3_call *c)
            (c->args != NULL || c->nparams == 0);
 }
 
+static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q);
+static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h3_groups *g, uint32_t j, bool starts,
+                           uint64_t allowed);
+
 bool h3_engine_before(struct h3_call *c)
 {
     c->decision = "passthrough";
@@ -492,6 +582,23 @@ bool h3_engine_before(struct h3_call *c)
     if (!h3_match_on)
         return false;
     struct h3_queue *q = h3_queue;
+    /* Another thread holds calls: the count is more than this thread's.  (A
+     * thread that holds calls on this stream made them before this call, so
+     * they are counted, as far as the program ordered the two threads.) */
+    unsigned mine = q != NULL && atomic_load_explicit(&q->holding, memory_order_relaxed) ? 1u : 0u;
+    if (atomic_load_explicit(&h3_holding, memory_order_acquire) > mine)
+        h3_flush_other_threads(q, c);
+    if (q == NULL)
+        return h3_engine_decide(c, NULL);
+    pthread_mutex_lock(&q->lock);
+    bool held = h3_engine_decide(c, q);
+    pthread_mutex_unlock(&q->lock);
+    return held;
+}
+
+/* The engine's decision on call `c` of this thread, whose queue `q` (if any) is locked. */
+static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
+{
     if (h3_hooks[c->fn].kind == H3_KIND_SYNC) {
         c->reason = "sync";
         h3_match_interrupt();
@@ -523,8 +630,21 @@ bool h3_engine_before(struct h3_call *c)
     uint64_t allowed = starts ? h3_group_allowed(g, j) : 0;
     if ((starts && allowed == 0) || !h3_call_deferrable(c))
         return false;
-    if (q == NULL && (q = h3_queue_get()) == NULL)
+    bool created = q == NULL;
+    if (created && (q = h3_queue_get()) == NULL)
         return false;
+    if (created)
+        pthread_mutex_lock(&q->lock);
+    bool held = h3_engine_hold(c, q, g, j, starts, allowed);
+    if (created)
+        pthread_mutex_unlock(&q->lock);
+    return held;
+}
+
+/* Holds launch `c` (call j of a group of g) in queue `q`, and runs the group when it is complete. */
+static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h3_groups *g, uint32_t j, bool starts,
+                           uint64_t allowed)
+{
     if (!h3_queue_push(q, c)) {
         h3_flush(q, H3_FLUSH_LIMIT, c);
         return false;
@@ -617,8 +737,18 @@ void h3_engine_reset(void)
 
 void h3_engine_after_fork_child(void)
 {
-    /* The parent issues its own deferred calls; the child must not repeat them. */
-    if (h3_queue != NULL)
-        h3_queue_clear(h3_queue);
+    /* The parent issues its own deferred calls; the child must not repeat
+     * them, nor wait for locks held by threads it does not have. */
+    pthread_mutex_init(&h3_queues_lock, NULL);
+    for (unsigned i = 0; i < H3_MAX_QUEUES; i++) {
+        struct h3_queue *q = h3_queues[i];
+        if (q == NULL)
+            continue;
+        pthread_mutex_init(&q->lock, NULL);
+        h3_queue_clear(q);
+        if (q != h3_queue)
+            h3_queues[i] = NULL; /* its thread is not in the child (its memory stays: a leak of the fork) */
+    }
+    atomic_store(&h3_holding, 0);
     h3_engine_reset();
 }

@@ -390,6 +390,22 @@ static void CUDA_CB fw_callback(CUstream stream, CUresult status, void *data)
     (void)stream, (void)status, (void)data;
 }
 
+struct fw_other_launch {
+    cudaStream_t stream;
+    long long result;
+};
+
+static void *fw_other_thread(void *arg)
+{
+    struct fw_other_launch *o = arg;
+    uint64_t p0 = 0, p2[2] = {0, 0}; /* parameter sizes 8, 4, 16; nothing else made on this thread */
+    uint32_t p1 = 0;
+    void *params[3] = {&p0, &p1, p2};
+    dim3 one = {1, 1, 1};
+    o->result = __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, params, 0, o->stream);
+    return NULL;
+}
+
 /* Makes the call fw_replay_with() inserts before a call on `stream`. */
 static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t ptr)
 {
@@ -426,6 +442,14 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
         return cuMemcpy2DAsync_v2(&copy, (CUstream)stream);
     }
     case FW_INSERT_CALLBACK: return cuStreamAddCallback((CUstream)stream, fw_callback, NULL, 0);
+    case FW_INSERT_OTHER_THREAD: {
+        struct fw_other_launch o = {stream, -1};
+        pthread_t t;
+        if (pthread_create(&t, NULL, fw_other_thread, &o) != 0)
+            return -1;
+        pthread_join(t, NULL);
+        return o.result;
+    }
     case FW_INSERT_COUNT: break;
     }
     return -1;

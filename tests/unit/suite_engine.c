@@ -288,6 +288,7 @@ END_TEST
 
 static const char *const t_insert_names[FW_INSERT_COUNT] = {
     "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream", "nccl", "copy_2d", "callback",
+    "other_thread",
 };
 
 /* The groups of the instance that a call inserted before its call p
@@ -301,7 +302,7 @@ static int groups_lost(enum fw_insert what, int p)
         int first = j;
         while (first > 0 && t_block.last[first - 1] == j)
             first--;
-        if (what == FW_INSERT_OTHER_STREAM)
+        if (what == FW_INSERT_OTHER_STREAM || what == FW_INSERT_OTHER_THREAD)
             lost += first < p && p <= j; /* flushed, the instance goes on */
         else
             lost += p >= 1 && p < T_BLOCK && j >= p; /* the instance is broken there */
