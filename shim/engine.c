@@ -226,7 +226,9 @@ struct h3_queue {
     unsigned char *arena;
     CUcontext ctx;        /* current when the held calls began: another thread issues them in it */
     pthread_mutex_t lock; /* its owner holds it while it uses the queue; another thread to flush it */
-    atomic_bool holding;  /* n > 0, for the other threads' unlocked test */
+    atomic_bool in_use;   /* a thread has it (else a finished thread gave it back) */
+    atomic_bool holding;  /* n > 0, for the other threads' unlocked test ... */
+    _Atomic(const void *) held_stream; /* ... and the stream of what it holds */
 };
 
 static _Thread_local struct h3_queue *h3_queue;
@@ -238,12 +240,12 @@ static _Thread_local struct h3_queue *h3_queue;
  * stream to the next allocation on it, whichever thread makes it) relies on
  * that.  The legacy default stream orders with every blocking stream, so a
  * call on it, or a held group on it, counts as the same stream as any.
- * Lock order: the registry, then a queue; an owner never takes the registry
- * while it holds its own queue.
+ * A thread looks at the other queues without a lock (they are never freed;
+ * a finished thread's is given to the next) and locks one only to issue it.
  */
 #define H3_MAX_QUEUES 256
-static pthread_mutex_t h3_queues_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct h3_queue *h3_queues[H3_MAX_QUEUES];
+static pthread_mutex_t h3_queues_lock = PTHREAD_MUTEX_INITIALIZER; /* taken to add or claim a queue */
+static _Atomic(struct h3_queue *) h3_queues[H3_MAX_QUEUES];
 static atomic_uint h3_holding; /* queues holding calls */
 static pthread_key_t h3_queue_key;
 static pthread_once_t h3_queue_once = PTHREAD_ONCE_INIT;
@@ -345,23 +347,18 @@ static void h3_flush(struct h3_queue *q, enum h3_flush_why why, struct h3_call *
     h3_queue_issue(q);
 }
 
+/* At thread exit: issues what the thread holds and gives its queue back
+ * for the next thread (queues are never freed: another thread may be
+ * looking at it, without a lock, to see whether it holds anything). */
 static void h3_queue_free(void *arg)
 {
     struct h3_queue *q = arg;
     if (q == NULL)
         return;
-    pthread_mutex_lock(&h3_queues_lock);
-    for (unsigned i = 0; i < H3_MAX_QUEUES; i++)
-        if (h3_queues[i] == q)
-            h3_queues[i] = NULL;
-    pthread_mutex_unlock(&h3_queues_lock);
     pthread_mutex_lock(&q->lock);
     h3_flush(q, H3_FLUSH_THREAD_EXIT, NULL);
+    atomic_store_explicit(&q->in_use, false, memory_order_release);
     pthread_mutex_unlock(&q->lock);
-    pthread_mutex_destroy(&q->lock);
-    free(q->calls);
-    free(q->arena);
-    free(q);
     h3_queue = NULL;
 }
 
@@ -389,26 +386,39 @@ static struct h3_queue *h3_queue_get(void)
     if (h3_queue != NULL)
         return h3_queue;
     pthread_once(&h3_queue_once, h3_queue_key_make);
-    struct h3_queue *q = calloc(1, sizeof(*q));
-    if (q == NULL)
-        return NULL;
-    q->calls = calloc((size_t)h3_config.engine_max_calls, sizeof(*q->calls));
-    q->arena = malloc((size_t)h3_config.engine_max_bytes);
-    bool registered = false;
-    if (q->calls != NULL && q->arena != NULL) {
-        pthread_mutex_lock(&h3_queues_lock);
-        for (unsigned i = 0; i < H3_MAX_QUEUES && !registered; i++)
-            if (h3_queues[i] == NULL)
-                h3_queues[i] = q, registered = true;
-        pthread_mutex_unlock(&h3_queues_lock);
+    struct h3_queue *q = NULL;
+    pthread_mutex_lock(&h3_queues_lock);
+    unsigned i = 0;
+    for (; i < H3_MAX_QUEUES; i++) { /* a queue a finished thread gave back, or the first free slot */
+        struct h3_queue *r = atomic_load_explicit(&h3_queues[i], memory_order_acquire);
+        if (r == NULL)
+            break;
+        if (!atomic_load_explicit(&r->in_use, memory_order_acquire)) {
+            q = r;
+            break;
+        }
     }
-    if (!registered) { /* no memory, or more threads hold calls than the registry has room for */
-        free(q->calls);
-        free(q->arena);
-        free(q);
-        return NULL;
+    if (q == NULL && i < H3_MAX_QUEUES) {
+        q = calloc(1, sizeof(*q));
+        if (q != NULL) {
+            q->calls = calloc((size_t)h3_config.engine_max_calls, sizeof(*q->calls));
+            q->arena = malloc((size_t)h3_config.engine_max_bytes);
+            if (q->calls == NULL || q->arena == NULL) {
+                free(q->calls);
+                free(q->arena);
+                free(q);
+                q = NULL;
+            } else {
+                pthread_mutex_init(&q->lock, NULL);
+                atomic_store_explicit(&h3_queues[i], q, memory_order_release);
+            }
+        }
     }
-    pthread_mutex_init(&q->lock, NULL);
+    if (q != NULL)
+        atomic_store_explicit(&q->in_use, true, memory_order_release);
+    pthread_mutex_unlock(&h3_queues_lock);
+    if (q == NULL) /* no memory, or more threads at once than the registry has room for: nothing held */
+        return NULL;
     pthread_setspecific(h3_queue_key, q);
     return h3_queue = q;
 }
@@ -418,21 +428,30 @@ static bool h3_stream_is_legacy(const void *s)
     return s == NULL || s == (const void *)cudaStreamLegacy;
 }
 
+/* Whether work on stream a is ordered with work on stream b. */
+static bool h3_streams_order(const void *a, const void *b)
+{
+    return a == b || h3_stream_is_legacy(a) || h3_stream_is_legacy(b);
+}
+
 /* Issues, before call `c`, what other threads hold on its stream. */
 static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_call *c)
 {
     __typeof__(&cuCtxGetCurrent) get = H3_LIB_FN(CUDA, cuCtxGetCurrent);
     __typeof__(&cuCtxPushCurrent_v2) push = H3_LIB_FN(CUDA, cuCtxPushCurrent_v2);
     __typeof__(&cuCtxPopCurrent_v2) pop = H3_LIB_FN(CUDA, cuCtxPopCurrent_v2);
-    pthread_mutex_lock(&h3_queues_lock);
     for (unsigned i = 0; i < H3_MAX_QUEUES; i++) {
-        struct h3_queue *q = h3_queues[i];
-        if (q == NULL || q == self)
+        struct h3_queue *q = atomic_load_explicit(&h3_queues[i], memory_order_acquire);
+        if (q == NULL)
+            break; /* slots fill in order */
+        if (q == self)
             continue;
-        if (!atomic_load_explicit(&q->holding, memory_order_relaxed))
+        /* Unlocked first, so that threads on other streams never wait for each other. */
+        if (!atomic_load_explicit(&q->holding, memory_order_relaxed) ||
+            !h3_streams_order(atomic_load_explicit(&q->held_stream, memory_order_relaxed), c->stream))
             continue;
         pthread_mutex_lock(&q->lock);
-        if (q->n > 0 && (q->stream == c->stream || h3_stream_is_legacy(c->stream) || h3_stream_is_legacy(q->stream))) {
+        if (q->n > 0 && h3_streams_order(q->stream, c->stream)) {
             CUcontext cur = NULL;
             bool switched = q->ctx != NULL && get != NULL && push != NULL && pop != NULL &&
                             get(&cur) == CUDA_SUCCESS && cur != q->ctx && push(q->ctx) == CUDA_SUCCESS;
@@ -444,7 +463,6 @@ static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_
         }
         pthread_mutex_unlock(&q->lock);
     }
-    pthread_mutex_unlock(&h3_queues_lock);
 }
 
 #define H3_ALIGN16(n) (((n) + 15u) & ~(size_t)15u)
@@ -469,6 +487,7 @@ static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
     }
     q->used += need;
     if (q->n == 0) {
+        atomic_store_explicit(&q->held_stream, c->stream, memory_order_relaxed);
         atomic_store_explicit(&q->holding, true, memory_order_relaxed);
         atomic_fetch_add_explicit(&h3_holding, 1, memory_order_relaxed);
         __typeof__(&cuCtxGetCurrent) get = H3_LIB_FN(CUDA, cuCtxGetCurrent);
@@ -741,13 +760,12 @@ void h3_engine_after_fork_child(void)
      * them, nor wait for locks held by threads it does not have. */
     pthread_mutex_init(&h3_queues_lock, NULL);
     for (unsigned i = 0; i < H3_MAX_QUEUES; i++) {
-        struct h3_queue *q = h3_queues[i];
+        struct h3_queue *q = atomic_load(&h3_queues[i]);
         if (q == NULL)
-            continue;
+            break;
         pthread_mutex_init(&q->lock, NULL);
         h3_queue_clear(q);
-        if (q != h3_queue)
-            h3_queues[i] = NULL; /* its thread is not in the child (its memory stays: a leak of the fork) */
+        atomic_store(&q->in_use, q == h3_queue); /* the other threads are not in the child */
     }
     atomic_store(&h3_holding, 0);
     h3_engine_reset();
