@@ -16,7 +16,8 @@ SHA-256 must be the same in every process:
              of the two arms per round, then the median over rounds (use 5+
              rounds for a 1% claim; arms alternate which goes first).
   threads    two threads decoding different H3 tiles at once, each on its own
-             stream, against the same tiles decoded one after the other.
+             stream and both on the default stream, against the same tiles
+             decoded one after the other.
   children   DataLoader workers started by fork and by spawn (the shim is
              preloaded in them too), then an H3 tile decoded in the parent.
   compiled   one H3 block compiled with torch.compile (Inductor's Triton
@@ -181,14 +182,18 @@ def child_threads():
     for i in range(2):
         decode(tiles[i], streams[i], serial, i)
     res["serial"] = serial
+    default = torch.cuda.default_stream()
     for rnd in range(3):
-        got = [None, None]
-        ths = [threading.Thread(target=decode, args=(tiles[i], streams[i], got, i)) for i in range(2)]
-        for t in ths:
-            t.start()
-        for t in ths:
-            t.join()
-        res[f"threads_{rnd}"] = got
+        for name, pick in (("threads", lambda i: streams[i]), ("threads_shared_stream", lambda i: default)):
+            # Own streams, then both threads on the default stream: PyTorch's allocator gives memory
+            # one thread frees to the other's next allocation there.
+            got = [None, None]
+            ths = [threading.Thread(target=decode, args=(tiles[i], pick(i), got, i)) for i in range(2)]
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join()
+            res[f"{name}_{rnd}"] = got
     return res
 
 
@@ -390,8 +395,9 @@ def main():
             for f in flats:
                 for rnd in range(3):
                     for i in range(2):
-                        if f.get(f"threads_{rnd}[{i}]") != f.get(f"serial[{i}]"):
-                            outputs.setdefault("threads_equal_serial", {"same_in_every_process": False})
+                        for name in ("threads", "threads_shared_stream"):
+                            if f.get(f"{name}_{rnd}[{i}]") != f.get(f"serial[{i}]"):
+                                outputs.setdefault(f"{name}_equal_serial", {"same_in_every_process": False})
         item_ok = bool(keys) and all(o["same_in_every_process"] for o in outputs.values()) and \
             all(r["rc"] == 0 for arm in runs.values() for r in arm)
         if keys == ["skipped"]:  # e.g. nccl on one GPU: neither pass nor fail, and said so
