@@ -362,14 +362,20 @@ static void h3_queue_free(void *arg)
     h3_queue = NULL;
 }
 
+static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_call *c);
+
+/* At process exit: what any thread still holds is issued (as by a call on the legacy stream). */
 static void h3_engine_at_exit(void)
 {
     struct h3_queue *q = h3_queue;
-    if (q == NULL)
-        return;
-    pthread_mutex_lock(&q->lock);
-    h3_flush(q, H3_FLUSH_EXIT, NULL);
-    pthread_mutex_unlock(&q->lock);
+    if (q != NULL) {
+        pthread_mutex_lock(&q->lock);
+        h3_flush(q, H3_FLUSH_EXIT, NULL);
+        pthread_mutex_unlock(&q->lock);
+    }
+    static struct h3_call legacy; /* zero: stream NULL, which orders with every stream */
+    if (atomic_load_explicit(&h3_holding, memory_order_acquire) > 0)
+        h3_flush_other_threads(q, &legacy);
 }
 
 static void h3_queue_key_make(void)
