@@ -441,11 +441,24 @@ static bool h3_streams_order(const void *a, const void *b)
 }
 
 /* Issues, before call `c`, what other threads hold on its stream. */
-static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_call *c)
+/* Issues queue `q` of another thread, in the CUDA context its calls were made in. Locked. */
+static void h3_flush_in_context(struct h3_queue *q)
 {
     __typeof__(&cuCtxGetCurrent) get = H3_LIB_FN(CUDA, cuCtxGetCurrent);
     __typeof__(&cuCtxPushCurrent_v2) push = H3_LIB_FN(CUDA, cuCtxPushCurrent_v2);
     __typeof__(&cuCtxPopCurrent_v2) pop = H3_LIB_FN(CUDA, cuCtxPopCurrent_v2);
+    CUcontext cur = NULL;
+    bool switched = q->ctx != NULL && get != NULL && push != NULL && pop != NULL && get(&cur) == CUDA_SUCCESS &&
+                    cur != q->ctx && push(q->ctx) == CUDA_SUCCESS;
+    h3_flush(q, H3_FLUSH_OTHER_THREAD, NULL);
+    if (switched) {
+        CUcontext popped;
+        pop(&popped);
+    }
+}
+
+static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_call *c)
+{
     for (unsigned i = 0; i < H3_MAX_QUEUES; i++) {
         struct h3_queue *q = atomic_load_explicit(&h3_queues[i], memory_order_acquire);
         if (q == NULL)
@@ -457,16 +470,8 @@ static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_
             !h3_streams_order(atomic_load_explicit(&q->held_stream, memory_order_relaxed), c->stream))
             continue;
         pthread_mutex_lock(&q->lock);
-        if (q->n > 0 && h3_streams_order(q->stream, c->stream)) {
-            CUcontext cur = NULL;
-            bool switched = q->ctx != NULL && get != NULL && push != NULL && pop != NULL &&
-                            get(&cur) == CUDA_SUCCESS && cur != q->ctx && push(q->ctx) == CUDA_SUCCESS;
-            h3_flush(q, H3_FLUSH_OTHER_THREAD, NULL);
-            if (switched) {
-                CUcontext popped;
-                pop(&popped);
-            }
-        }
+        if (q->n > 0 && h3_streams_order(q->stream, c->stream))
+            h3_flush_in_context(q);
         pthread_mutex_unlock(&q->lock);
     }
 }

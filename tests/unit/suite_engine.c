@@ -181,14 +181,6 @@ static size_t count_lines_starting(const char *text, const char *prefix)
     return n;
 }
 
-static size_t count_occurrences(const char *text, const char *what)
-{
-    size_t n = 0;
-    for (const char *p = text != NULL ? strstr(text, what) : NULL; p != NULL; p = strstr(p + 1, what))
-        n++;
-    return n;
-}
-
 #define H3_ARRAY_LEN_T(a) (sizeof(a) / sizeof((a)[0]))
 
 /* With several ops: deferred launches = launches the ops took + those flushed. */
@@ -624,10 +616,10 @@ START_TEST(residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input)
     char *trace = t_read_file(t_run.trace, NULL);
     t_run.trace = NULL;
     /* The trace says how, at the call where the op ran. */
-    ck_assert_uint_eq(count_occurrences(trace, "\"op\":\"residual_norm\""), 9);
-    ck_assert_uint_eq(count_occurrences(trace, "\"op_how\":\"y16_in_h\""), 1);
-    ck_assert_uint_eq(count_occurrences(trace, "\"op_how\":\"h_in_b16\""), 2);
-    ck_assert_uint_eq(count_occurrences(trace, "\"op_how\""), 3);
+    ck_assert_uint_eq(t_count(trace, "\"op\":\"residual_norm\""), 9);
+    ck_assert_uint_eq(t_count(trace, "\"op_how\":\"y16_in_h\""), 1);
+    ck_assert_uint_eq(t_count(trace, "\"op_how\":\"h_in_b16\""), 2);
+    ck_assert_uint_eq(t_count(trace, "\"op_how\""), 3);
     free(trace);
     ck_assert_msg(strstr(stats, "op residual_norm 9 groups run (36 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm ran with y16_in_h             1") != NULL, "%s", tail_of(stats));
@@ -798,13 +790,9 @@ static void expect_fallback(const char *const *env, const char *reason, bool hel
     } told[] = {{"sm_unknown", "compute capability could not be read"},
                 {"sm_not_allowed", "is not in H3SHIM_SM_ALLOW: no fused op runs"},
                 {"sm_not_validated", "is not run there: its calls pass through unfused"}};
-    for (size_t i = 0; i < sizeof(told) / sizeof(told[0]); i++) {
-        if (strcmp(reason, told[i].reason) != 0)
-            continue;
-        const char *w = strstr(stats, told[i].says);
-        ck_assert_msg(w != NULL && strstr(w + 1, told[i].says) == NULL, "%s: not told exactly once:\n%s", reason,
-                      tail_of(stats));
-    }
+    for (size_t i = 0; i < sizeof(told) / sizeof(told[0]); i++)
+        if (strcmp(reason, told[i].reason) == 0)
+            t_said_once(stats, told[i].says);
     free(stats);
     free(log);
     free(base);
@@ -1113,11 +1101,8 @@ static void expect_wc_fallback(const char *const *env, const char *reason)
     const char *says = strcmp(reason, "cache_full") == 0  ? "the copies reached H3SHIM_WEIGHT_CACHE_MAX_MB"
                        : strcmp(reason, "low_memory") == 0 ? "of GPU memory free; GEMMs whose weights have no copy"
                                                            : NULL;
-    if (says != NULL) {
-        const char *w = strstr(stats, says);
-        ck_assert_msg(w != NULL && strstr(w + 1, says) == NULL, "%s: not told exactly once:\n%s", reason,
-                      tail_of(stats));
-    }
+    if (says != NULL)
+        t_said_once(stats, says);
     free(stats);
     free(log);
     free(base);
@@ -1155,9 +1140,7 @@ START_TEST(nothing_is_held_back_without_driver_interposition)
     char *log = replay_with("nodrv", env, &stats);
     ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
     ck_assert_int_le(stat_after(stats, "engine: "), 0); /* no engine line, or nothing deferred */
-    const char *says = "H3SHIM_INTERPOSE_DRIVER=0: calls made through the driver would not be seen";
-    const char *w = strstr(stats, says);
-    ck_assert_msg(w != NULL && strstr(w + 1, says) == NULL, "not said exactly once:\n%s", tail_of(stats));
+    t_said_once(stats, "H3SHIM_INTERPOSE_DRIVER=0: calls made through the driver would not be seen");
     free(stats);
     free(log);
     free(base);

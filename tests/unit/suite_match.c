@@ -31,14 +31,6 @@ static long replay(const char *path)
     return n;
 }
 
-static size_t count(const char *text, const char *needle)
-{
-    size_t n = 0;
-    for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + 1, needle))
-        n++;
-    return n;
-}
-
 static void setup_env(const char *trace)
 {
     char *sigs = t_repo_path("signatures");
@@ -56,9 +48,9 @@ START_TEST(every_recorded_block_is_recognised)
     long calls = replay(path);
     char *text = t_read_file(trace, NULL);
     ck_assert_uint_eq(t_count_lines(text), (size_t)calls);
-    ck_assert_uint_eq(count(text, "\"reason\":\"group_complete\""), T_INSTANCES);
-    ck_assert_uint_eq(count(text, "\"reason\":\"group_call\""), T_INSTANCES * 41);
-    ck_assert_uint_eq(count(text, "\"group_call\":41"), T_INSTANCES);
+    ck_assert_uint_eq(t_count(text, "\"reason\":\"group_complete\""), T_INSTANCES);
+    ck_assert_uint_eq(t_count(text, "\"reason\":\"group_call\""), T_INSTANCES * 41);
+    ck_assert_uint_eq(t_count(text, "\"group_call\":41"), T_INSTANCES);
     free(text);
     free(path);
 }
@@ -123,7 +115,7 @@ static void expect_one_broken(const char *cause)
     const char *err = t_capture_stderr();
     ck_assert_int_eq(t_in_child(replay_edited_child), 0);
     char *trace = t_read_file(t_path("trace-edited.jsonl"), NULL);
-    ck_assert_uint_eq(count(trace, "\"reason\":\"group_complete\""), T_INSTANCES - 1);
+    ck_assert_uint_eq(t_count(trace, "\"reason\":\"group_complete\""), T_INSTANCES - 1);
     char *stats = t_read_file(err, NULL);
     ck_assert_msg(strstr(stats, "8 complete, ") != NULL && strstr(stats, cause) != NULL, "%s", stats);
     free(stats);
@@ -166,14 +158,6 @@ static char *edited_replay_stderr(void)
     return t_read_file(err, NULL);
 }
 
-/* Checks that `text` says `what` exactly once. */
-static void said_once(const char *text, const char *what)
-{
-    const char *w = strstr(text, what);
-    ck_assert_msg(w != NULL, "no '%s' in:\n%.2000s", what, text);
-    ck_assert_msg(strstr(w + 1, what) == NULL, "said twice: %s", what);
-}
-
 START_TEST(a_signature_that_never_matches_is_reported)
 {
     /* Every SiLU launch gets another grid, as under another PyTorch build:
@@ -181,7 +165,7 @@ START_TEST(a_signature_that_never_matches_is_reported)
     t_edit = (struct t_edit){"silu_kernel", 0, 2, "28751"};
     char *text = edited_replay_stderr();
     ck_assert_msg(strstr(text, "0 complete, ") != NULL, "%s", text);
-    said_once(text, "attempts to match it broke and none completed (first break: config at call 35)");
+    t_said_once(text, "attempts to match it broke and none completed (first break: config at call 35)");
     free(text);
 }
 END_TEST
@@ -196,7 +180,7 @@ START_TEST(a_lookalike_whose_first_call_never_comes_is_reported)
                              "layer_norm_kernelIffLb1EEEviT0_PKT_S6_S6_PS3_S7_PS4_"};
     char *text = edited_replay_stderr();
     ck_assert_msg(strstr(text, "0 complete, 0 broken") != NULL, "%s", text);
-    said_once(text, "GEMMs with its shapes were made but none of its instances began");
+    t_said_once(text, "GEMMs with its shapes were made but none of its instances began");
     free(text);
 }
 END_TEST

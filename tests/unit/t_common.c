@@ -145,6 +145,21 @@ size_t t_count_lines(const char *text)
     return n;
 }
 
+size_t t_count(const char *text, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = text != NULL ? strstr(text, needle) : NULL; p != NULL; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+void t_said_once(const char *text, const char *what)
+{
+    const char *w = strstr(text, what);
+    ck_assert_msg(w != NULL, "no '%s' in:\n%.2000s", what, text);
+    ck_assert_msg(strstr(w + 1, what) == NULL, "said twice: %s", what);
+}
+
 /* A small recursive-descent JSON checker. */
 struct t_json {
     const char *p, *end;

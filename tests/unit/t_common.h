@@ -42,6 +42,10 @@ char *t_read_file(const char *path, size_t *len);
 const char *t_capture_stderr(void);
 /* Number of lines of a text, and the i-th line (copied into buf). */
 size_t t_count_lines(const char *text);
+/* Number of times `needle` occurs in `text` (0 for a NULL text). */
+size_t t_count(const char *text, const char *needle);
+/* Checks that `text` says `what` exactly once. */
+void t_said_once(const char *text, const char *what);
 
 /* JSON: whether `text[0..len)` is exactly one valid JSON value. */
 bool t_json_valid(const char *text, size_t len);
