@@ -689,6 +689,24 @@ def cat_metadata_unused(pos, size):
     return [(start + entry * used, start + entry * count) for start, entry, count in layout if used < count]
 
 
+# Functors that PyTorch's source declares without captures (`[] GPU_LAMBDA`,
+# aten/src/ATen/native/cuda/Copy.cu), by the mangled text naming their type.
+# Such a functor is an empty class of one byte that no kernel reads; its value
+# is whatever the host stack held (on the second GPU of a process, say, the
+# device index), so it is masked. A functor that captures anything is not here.
+EMPTY_FUNCTORS = (
+    "float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_",  # [] (float v) { return Half(v); }
+    "direct_copy_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE5_clEvEUlfE_",  # [] (float x) { return x; }
+)
+VECTORIZED = "_ZN2at6native29vectorized_elementwise_kernel"  # (int N, func_t f, array_t data)
+LEGACY = "_ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_impl"  # (int N, closure)
+
+
+def empty_functor(kernel):
+    """Whether the functor that kernel `kernel` applies is one of EMPTY_FUNCTORS."""
+    return any(f in kernel for f in EMPTY_FUNCTORS)
+
+
 def unused_ranges(pos):
     """{parameter: [(start, end)]} of the bytes the kernel of launch `pos` cannot read."""
     out = {}
@@ -696,16 +714,27 @@ def unused_ranges(pos):
     for s in pos.slots:
         slot_offsets.setdefault(s.place[0], set()).add(s.place[1])
     pos.unused_what = []
+    kernel = pos.calls[0].kernel
+    empty = empty_functor(kernel)
     for p, data in enumerate(pos.calls[0].params):
         ranges = cat_metadata_unused(pos, len(data)) if p == 1 else []
         if ranges:
-            pos.unused_what.append(f"CatArrInputTensorMetadata (parameter {p}, {pos.calls[0].record['grid'][1]} "
+            pos.unused_what.append(f"unused entries of CatArrInputTensorMetadata (parameter {p}, {pos.calls[0].record['grid'][1]} "
                                    f"inputs)")
+        if empty and kernel.startswith(VECTORIZED) and p == 1 and len(data) == 1:
+            pos.unused_what.append(f"the captureless functor (parameter {p})")
+            ranges.append((0, 1))
         for off, dims, nargs in offset_calculators(data, slot_offsets.get(p, set())):
-            pos.unused_what.append(f"OffsetCalculator<{nargs}> (parameter {p} offset {off}, {dims} dims)")
+            pos.unused_what.append(f"unused entries of OffsetCalculator<{nargs}> (parameter {p} offset {off}, {dims} dims)")
             strides = off + 4 + OC_MAX_DIMS * OC_DIVIDER
             ranges.append((off + 4 + OC_DIVIDER * dims, strides))
             ranges.append((strides + 4 * dims * nargs, strides + 4 * OC_MAX_DIMS * nargs))
+            if empty and kernel.startswith(LEGACY):
+                # gpu_kernel_impl's closure: offset_calc, data[nargs], f, dtypes[nargs], in that order.
+                functor = (strides + 4 * OC_MAX_DIMS * nargs + 7) // 8 * 8 + 8 * nargs
+                if functor < len(data):
+                    pos.unused_what.append(f"the captureless functor (parameter {p} offset {functor})")
+                    ranges.append((functor, functor + 1))
         if ranges:
             out[p] = ranges
     return out
@@ -721,7 +750,7 @@ def mask_unused(pos):
     pos.slots = [s for s in pos.slots if not inside(*s.place)]
     pos.unused = unused
     total = sum(b - a for r in unused.values() for a, b in r)
-    pos.notes.append(f"{total} bytes the kernel cannot read are masked: unused entries of "
+    pos.notes.append(f"{total} bytes the kernel cannot read are masked: "
                      + ", ".join(pos.unused_what) + (f", with {len(dropped)} stale pointer(s)" if dropped else ""))
 
 

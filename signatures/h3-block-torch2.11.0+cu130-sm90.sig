@@ -25,6 +25,7 @@ call 0 launch _ZN2at6native53_GLOBAL__N__21739cd4_20_layer_norm_kernel_cu_9c5ada
   slot 2 6 0 first
   slot 3 7 0 first
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 1 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 6 1 1 128 1 1 0
   params 4 1 16
@@ -32,17 +33,18 @@ call 1 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_co
   slot 0 2 0 first
   slot 1 2 8 first
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 2 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 12288 1 1 128 1 1 0
   params 4 1 16
   bytes 0 0 0000c000
   slot 0 2 0 first
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 3 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 3594 1 1 128 1 1 0
   params 4 1 16
   bytes 0 0 00283800
-  bytes 1 0 01
   slot 0 2 0 first
   slot 1 2 8 @0.3
 # matmul m=6144 n=1797 k=2048
@@ -55,7 +57,7 @@ call 4 matmul
   slot 3 D 0 first
   slot 4 bias 0 @1.0
 # direct_copy
-# 460 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims)
+# 461 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims), the captureless functor (parameter 1 offset 520)
 call 5 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_implIZZZNS0_23direct_copy_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE5_clEvEUlfE_EEvS4_RKT_EUliE_EEviT1_
   config 7188 1 1 128 1 1 0
   params 4 536
@@ -64,7 +66,7 @@ call 5 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_impl
   bytes 1 304 04000000020000000001000080010000
   slot 0 1 504 first
   slot 1 1 512 @4.3
-  bytes 1 520 0006050000000000
+  bytes 1 521 06050000000000
   bytes 1 532 00000000
 # layer_norm
 call 6 launch _ZN2at6native53_GLOBAL__N__21739cd4_20_layer_norm_kernel_cu_9c5ada8a28vectorized_layer_norm_kernelIffLb1EEEviT0_PKT_S6_S6_PS3_S7_PS4_
@@ -79,15 +81,15 @@ call 6 launch _ZN2at6native53_GLOBAL__N__21739cd4_20_layer_norm_kernel_cu_9c5ada
   slot 1 6 0 first
   slot 2 7 0 first
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 7 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 3594 1 1 128 1 1 0
   params 4 1 16
   bytes 0 0 00283800
-  bytes 1 0 00
   slot 0 2 0 first
   slot 1 2 8 @6.2
 # direct_copy
-# 460 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims)
+# 461 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims), the captureless functor (parameter 1 offset 520)
 call 8 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_implIZZZNS0_23direct_copy_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE5_clEvEUlfE_EEvS4_RKT_EUliE_EEviT1_
   config 7188 1 1 128 1 1 0
   params 4 536
@@ -96,7 +98,7 @@ call 8 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_impl
   bytes 1 304 04000000020000000001000080010000
   slot 0 1 504 first
   slot 1 1 512 @5.1+128
-  bytes 1 520 0006050000000000
+  bytes 1 521 06050000000000
   bytes 1 532 00000000
 # layer_norm
 call 9 launch _ZN2at6native53_GLOBAL__N__21739cd4_20_layer_norm_kernel_cu_9c5ada8a28vectorized_layer_norm_kernelIffLb1EEEviT0_PKT_S6_S6_PS3_S7_PS4_
@@ -111,11 +113,11 @@ call 9 launch _ZN2at6native53_GLOBAL__N__21739cd4_20_layer_norm_kernel_cu_9c5ada
   slot 1 6 0 @6.1
   slot 2 7 0 first
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 10 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 3594 1 1 128 1 1 0
   params 4 1 16
   bytes 0 0 00283800
-  bytes 1 0 00
   slot 0 2 0 first
   slot 1 2 8 @9.2
 # mul
@@ -296,6 +298,7 @@ call 24 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZZZNS0_22nan_to_
   slot 0 2 0 first
   slot 1 2 8 @23.0
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 25 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 2 1 1 128 1 1 0
   params 4 1 16
@@ -303,6 +306,7 @@ call 25 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_c
   slot 0 2 0 first
   slot 1 2 8 first
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 26 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 4096 1 1 128 1 1 0
   params 4 1 16
@@ -352,6 +356,7 @@ call 30 launch _ZN2at6native53_GLOBAL__N__21739cd4_20_layer_norm_kernel_cu_9c5ad
   slot 2 6 0 @0.2
   slot 3 7 0 first
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 31 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 16 1 1 128 1 1 0
   params 4 1 16
@@ -359,17 +364,18 @@ call 31 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_c
   slot 0 2 0 first
   slot 1 2 8 first
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 32 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 32768 1 1 128 1 1 0
   params 4 1 16
   bytes 0 0 00000002
   slot 0 2 0 first
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 33 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 3594 1 1 128 1 1 0
   params 4 1 16
   bytes 0 0 00283800
-  bytes 1 0 01
   slot 0 2 0 first
   slot 1 2 8 @30.3
 # matmul m=16384 n=1797 k=2048
@@ -407,6 +413,7 @@ call 36 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_imp
   bytes 1 632 0300000004000000
   bytes 1 644 00000000
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 37 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 2 1 1 128 1 1 0
   params 4 1 16
@@ -414,6 +421,7 @@ call 37 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_c
   slot 0 2 0 @27.4
   slot 1 2 8 first
 # float16_copy
+# 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 38 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
   config 16384 1 1 128 1 1 0
   params 4 1 16
