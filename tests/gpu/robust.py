@@ -39,6 +39,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -337,10 +338,17 @@ def run_child(item, shim):
         out["result"] = json.loads(p.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         out["error"] = p.stderr[-1500:]
-    if shim:
-        out["shim_stats"] = [ln for ln in p.stderr.splitlines() if "stats: signature" in ln or "stats: op " in ln
-                             or "WARN" in ln or "ERROR" in ln][:20]
+    if shim:  # every process's block line (a child's too), then at most 20 more
+        lines = p.stderr.splitlines()
+        out["shim_stats"] = [ln for ln in lines if "stats: signature" in ln] + \
+            [ln for ln in lines if "stats: op " in ln or "WARN" in ln or "ERROR" in ln][:20]
     return out
+
+
+def fused_everywhere(stats_lines, processes):
+    """Whether each of `processes` processes recognised the H3 block and broke no attempt (H3SHIM_STATS)."""
+    found = re.findall(r"h3shim: (\d+) stats: signature \S+: (\d+) complete, (\d+) broken", "\n".join(stats_lines))
+    return len({pid for pid, _, _ in found}) == processes and all(int(c) > 0 and b == "0" for _, c, b in found)
 
 
 def flatten(result, prefix=""):
@@ -391,6 +399,13 @@ def main():
             for f in flats:
                 if "skipped" not in f and f.get("tiles_two_gpus") != f.get("tiles_one_gpu"):
                     outputs["two_gpus_equal_one_gpu"] = {"same_in_every_process": False}
+            # ... and the shim must fuse in both ranks and the parent, not fall back quietly on GPU 1
+            # (it did, until the recorder masked the one-byte functors that hold stack left-overs).
+            for r in runs["S"]:
+                if "skipped" not in flatten(r.get("result")) and not fused_everywhere(r.get("shim_stats", []), 3):
+                    outputs["fused_in_every_process"] = {"same_in_every_process": False,
+                                                         "values": [ln for ln in r.get("shim_stats", [])
+                                                                    if "stats: signature" in ln]}
         if item == "threads":  # the threads' hashes must also equal the serial ones
             for f in flats:
                 for rnd in range(3):
