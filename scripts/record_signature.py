@@ -42,7 +42,13 @@ Bytes. A launch parameter byte is recorded ("bytes") when it is equal in every
 instance of every trace and lies neither in a pointer slot nor in an 8-byte
 word that holds a host address in some instance (a value in [0x7f0000000000,
 0x800000000000): stack and shared-library addresses in PyTorch's closures).
-Everything else is masked.
+Everything else is masked. So are bytes that PyTorch's kernels cannot read,
+where the closure's layout is known (they hold whatever the host stack held,
+which changes with the thread, the GPU and the command): the unused entries of
+OffsetCalculator and CatArrInputTensorMetadata arrays, the one byte of a
+functor PyTorch declares without captures, and the last 8-byte word of an
+elementwise kernel's lambda closure when it differs between instances (a host
+heap address in each recorded process, a 0x7f... one in a second thread).
 
 Pointer slots. Device addresses cannot be told from other values by their look
 (device memory and host mappings share the 0x7f... range), and a value that is
@@ -700,6 +706,13 @@ EMPTY_FUNCTORS = (
 )
 VECTORIZED = "_ZN2at6native29vectorized_elementwise_kernel"  # (int N, func_t f, array_t data)
 LEGACY = "_ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_impl"  # (int N, closure)
+# A lambda closure that nvcc passes to PyTorch's elementwise kernels ends, when the lambda
+# captures anything, with an 8-byte word holding a host address: in the recorded processes a
+# heap address different in each (0xf2deda0 .. 0x40aba130), in a second thread 0x7fdd9c044bf0.
+# Device code cannot dereference it, and outputs were bitwise equal whatever it held. Such a
+# word (the last of the closure parameter, when it differs between instances) is masked whole.
+CLOSURE_KERNELS = re.compile(r"_ZN2at6native(29vectorized_elementwise_kernel|"
+                             r"18elementwise_kernelILi\d+ELi\d+EZNS0_(15gpu_kernel_impl|22gpu_kernel_impl_nocast)I)")
 
 
 def empty_functor(kernel):
@@ -730,11 +743,24 @@ def unused_ranges(pos):
             ranges.append((off + 4 + OC_DIVIDER * dims, strides))
             ranges.append((strides + 4 * dims * nargs, strides + 4 * OC_MAX_DIMS * nargs))
             if empty and kernel.startswith(LEGACY):
-                # gpu_kernel_impl's closure: offset_calc, data[nargs], f, dtypes[nargs], in that order.
+                # gpu_kernel_impl's closure: offset_calc, data[nargs], f, dtypes[nargs], in that
+                # order; then, to the parameter's end, padding and an 8-byte word that holds a host
+                # address (a heap address in the main thread, 0x7f... in another thread) that
+                # device code cannot dereference. The closure's members end with dtypes.
                 functor = (strides + 4 * OC_MAX_DIMS * nargs + 7) // 8 * 8 + 8 * nargs
-                if functor < len(data):
-                    pos.unused_what.append(f"the captureless functor (parameter {p} offset {functor})")
+                tail = functor + 1 + nargs
+                if tail <= len(data):
+                    pos.unused_what.append(f"the captureless functor (parameter {p} offset {functor}) and the "
+                                           f"closure's tail ({len(data) - tail} bytes from offset {tail})")
                     ranges.append((functor, functor + 1))
+                    if tail < len(data):
+                        ranges.append((tail, len(data)))
+        last = len(data) - 8
+        if p == 1 and CLOSURE_KERNELS.match(kernel) and len(data) % 8 == 0 and len(data) >= 16 and \
+                len({bytes(c.params[p][last:]) for c in pos.calls}) > 1 and \
+                not any(a < len(data) and last < b for a, b in ranges):
+            pos.unused_what.append(f"the closure's last word, a host address (parameter {p} offset {last})")
+            ranges.append((last, len(data)))
         if ranges:
             out[p] = ranges
     return out

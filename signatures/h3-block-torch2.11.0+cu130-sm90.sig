@@ -57,7 +57,7 @@ call 4 matmul
   slot 3 D 0 first
   slot 4 bias 0 @1.0
 # direct_copy
-# 461 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims), the captureless functor (parameter 1 offset 520)
+# 474 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims), the captureless functor (parameter 1 offset 520) and the closure's tail (13 bytes from offset 523)
 call 5 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_implIZZZNS0_23direct_copy_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE5_clEvEUlfE_EEvS4_RKT_EUliE_EEviT1_
   config 7188 1 1 128 1 1 0
   params 4 536
@@ -66,8 +66,7 @@ call 5 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_impl
   bytes 1 304 04000000020000000001000080010000
   slot 0 1 504 first
   slot 1 1 512 @4.3
-  bytes 1 521 06050000000000
-  bytes 1 532 00000000
+  bytes 1 521 0605
 # layer_norm
 call 6 launch _ZN2at6native53_GLOBAL__N__21739cd4_20_layer_norm_kernel_cu_9c5ada8a28vectorized_layer_norm_kernelIffLb1EEEviT0_PKT_S6_S6_PS3_S7_PS4_
   config 57504 1 1 32 4 1 24
@@ -89,7 +88,7 @@ call 7 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_co
   slot 0 2 0 first
   slot 1 2 8 @6.2
 # direct_copy
-# 461 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims), the captureless functor (parameter 1 offset 520)
+# 474 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims), the captureless functor (parameter 1 offset 520) and the closure's tail (13 bytes from offset 523)
 call 8 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_implIZZZNS0_23direct_copy_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE5_clEvEUlfE_EEvS4_RKT_EUliE_EEviT1_
   config 7188 1 1 128 1 1 0
   params 4 536
@@ -98,8 +97,7 @@ call 8 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_impl
   bytes 1 304 04000000020000000001000080010000
   slot 0 1 504 first
   slot 1 1 512 @5.1+128
-  bytes 1 521 06050000000000
-  bytes 1 532 00000000
+  bytes 1 521 0605
 # layer_norm
 call 9 launch _ZN2at6native53_GLOBAL__N__21739cd4_20_layer_norm_kernel_cu_9c5ada8a28vectorized_layer_norm_kernelIffLb1EEEviT0_PKT_S6_S6_PS3_S7_PS4_
   config 57504 1 1 32 4 1 24
@@ -121,7 +119,7 @@ call 10 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_c
   slot 0 2 0 first
   slot 1 2 8 @9.2
 # mul
-# 528 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 3 dims)
+# 536 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 3 dims), the closure's last word, a host address (parameter 1 offset 640)
 call 11 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_nocastINS0_13BinaryFunctorIN3c104HalfES5_S5_NS0_15binary_internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_
   config 5391 1 1 128 1 1 0
   params 4 648
@@ -132,9 +130,8 @@ call 11 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_imp
   slot 1 1 616 @7.0
   slot 2 1 624 first
   bytes 1 632 0300000004000000
-  bytes 1 644 00000000
 # neg
-# 460 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims)
+# 468 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims), the closure's last word, a host address (parameter 1 offset 528)
 call 12 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_nocastIZZZNS0_15neg_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE0_clEvENKUlvE6_clEvEUlN3c104HalfEE_EEvS4_RKT_EUliE_EEviT1_
   config 2696 1 1 128 1 1 0
   params 4 536
@@ -144,7 +141,6 @@ call 12 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_imp
   slot 0 1 504 first
   slot 1 1 512 @11.1+48
   bytes 1 520 0000000000000000
-  bytes 1 532 00000000
 # cat
 # 3286 bytes the kernel cannot read are masked: unused entries of CatArrInputTensorMetadata (parameter 1, 2 inputs)
 call 13 launch _ZN2at6native40_GLOBAL__N__0f1a8107_8_Shape_cu_49f7391c19CatArrayBatchedCopyINS1_10OpaqueTypeILj2EEEjLi4ELi64ELi64EEEvPT_NS1_25CatArrInputTensorMetadataIS5_T0_XT2_EXT3_EEENS1_16TensorSizeStrideIS8_Lj4EEEiS8_
@@ -162,7 +158,7 @@ call 13 launch _ZN2at6native40_GLOBAL__N__0f1a8107_8_Shape_cu_49f7391c19CatArray
   bytes 3 0 03000000
   bytes 4 0 01000000
 # mul
-# 528 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 3 dims)
+# 536 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 3 dims), the closure's last word, a host address (parameter 1 offset 640)
 call 14 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_nocastINS0_13BinaryFunctorIN3c104HalfES5_S5_NS0_15binary_internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_
   config 5391 1 1 128 1 1 0
   params 4 648
@@ -173,7 +169,6 @@ call 14 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_imp
   slot 1 1 616 @13.0
   slot 2 1 624 first
   bytes 1 632 0300000004000000
-  bytes 1 644 00000000
 # add
 call 15 launch _ZN2at6native29vectorized_elementwise_kernelILi8ENS0_15CUDAFunctor_addIN3c104HalfEEESt5arrayIPcLm3EEEEviT0_T1_
   config 2696 1 1 128 1 1 0
@@ -200,7 +195,7 @@ call 16 launch _ZN2at6native40_GLOBAL__N__0f1a8107_8_Shape_cu_49f7391c19CatArray
   bytes 3 0 03000000
   bytes 4 0 01000000
 # mul
-# 528 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 3 dims)
+# 536 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 3 dims), the closure's last word, a host address (parameter 1 offset 640)
 call 17 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_nocastINS0_13BinaryFunctorIN3c104HalfES5_S5_NS0_15binary_internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_
   config 5391 1 1 128 1 1 0
   params 4 648
@@ -211,9 +206,8 @@ call 17 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_imp
   slot 1 1 616 @10.0
   slot 2 1 624 @11.2
   bytes 1 632 0300000004000000
-  bytes 1 644 00000000
 # neg
-# 460 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims)
+# 468 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims), the closure's last word, a host address (parameter 1 offset 528)
 call 18 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_nocastIZZZNS0_15neg_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE0_clEvENKUlvE6_clEvEUlN3c104HalfEE_EEvS4_RKT_EUliE_EEviT1_
   config 2696 1 1 128 1 1 0
   params 4 536
@@ -223,7 +217,6 @@ call 18 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_imp
   slot 0 1 504 first
   slot 1 1 512 @17.1+48
   bytes 1 520 0000000000000000
-  bytes 1 532 00000000
 # cat
 # 3286 bytes the kernel cannot read are masked: unused entries of CatArrInputTensorMetadata (parameter 1, 2 inputs)
 call 19 launch _ZN2at6native40_GLOBAL__N__0f1a8107_8_Shape_cu_49f7391c19CatArrayBatchedCopyINS1_10OpaqueTypeILj2EEEjLi4ELi64ELi64EEEvPT_NS1_25CatArrInputTensorMetadataIS5_T0_XT2_EXT3_EEENS1_16TensorSizeStrideIS8_Lj4EEEiS8_
@@ -241,7 +234,7 @@ call 19 launch _ZN2at6native40_GLOBAL__N__0f1a8107_8_Shape_cu_49f7391c19CatArray
   bytes 3 0 03000000
   bytes 4 0 01000000
 # mul
-# 528 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 3 dims)
+# 536 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 3 dims), the closure's last word, a host address (parameter 1 offset 640)
 call 20 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_nocastINS0_13BinaryFunctorIN3c104HalfES5_S5_NS0_15binary_internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_
   config 5391 1 1 128 1 1 0
   params 4 648
@@ -252,7 +245,6 @@ call 20 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_imp
   slot 1 1 616 @19.0
   slot 2 1 624 @14.2
   bytes 1 632 0300000004000000
-  bytes 1 644 00000000
 # add
 call 21 launch _ZN2at6native29vectorized_elementwise_kernelILi8ENS0_15CUDAFunctor_addIN3c104HalfEEESt5arrayIPcLm3EEEEviT0_T1_
   config 2696 1 1 128 1 1 0
@@ -289,12 +281,12 @@ call 23 cudnn
   slot 2 uid:1 0 @22.0
   slot 3 uid:2 0 @8.1+128
 # nan_to_num
+# 8 bytes the kernel cannot read are masked: the closure's last word, a host address (parameter 1 offset 8)
 call 24 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZZZNS0_22nan_to_num_kernel_cudaERNS_18TensorIteratorBaseESt8optionalIdES5_S5_ENKUlvE0_clEvENKUlvE1_clEvEUlN3c104HalfEE_St5arrayIPcLm2EEEEviT0_T1_
   config 3594 1 1 128 1 1 0
   params 4 16 16
   bytes 0 0 00283800
   bytes 1 0 0000ff7bfffb0000
-  bytes 1 12 00000000
   slot 0 2 0 first
   slot 1 2 8 @23.0
 # float16_copy
@@ -322,7 +314,7 @@ call 27 matmul
   slot 3 D 0 first
   slot 4 bias 0 @25.0
 # mul
-# 552 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 2 dims)
+# 560 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 2 dims), the closure's last word, a host address (parameter 1 offset 640)
 call 28 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_implINS0_13BinaryFunctorIfffNS0_15binary_internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_
   config 7188 1 1 128 1 1 0
   params 4 648
@@ -333,7 +325,6 @@ call 28 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_imp
   slot 1 1 616 @27.3
   slot 2 1 624 first
   bytes 1 632 0306050604000000
-  bytes 1 644 00000000
 # add
 call 29 launch _ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EEEEviT0_T1_
   config 3594 1 1 128 1 1 0
@@ -388,7 +379,7 @@ call 34 matmul
   slot 3 D 0 first
   slot 4 bias 0 @31.0
 # silu
-# 460 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims)
+# 468 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<2> (parameter 1 offset 0, 2 dims), the closure's last word, a host address (parameter 1 offset 528)
 call 35 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_nocastIZZZNS0_62_GLOBAL__N__7d4ed096_23_ActivationSiluKernel_cu_751192d7_1559511silu_kernelERNS_18TensorIteratorBaseEENKUlvE_clEvENKUlvE3_clEvEUlN3c104HalfEE_EEvS5_RKT_EUliE_EEviT1_
   config 28752 1 1 128 1 1 0
   params 4 536
@@ -398,9 +389,8 @@ call 35 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_imp
   slot 0 1 504 first
   slot 1 1 512 @34.3
   bytes 1 520 0000000000000000
-  bytes 1 532 00000000
 # mul
-# 552 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 2 dims)
+# 560 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 2 dims), the closure's last word, a host address (parameter 1 offset 640)
 call 36 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_nocastINS0_13BinaryFunctorIN3c104HalfES5_S5_NS0_15binary_internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_
   config 28752 1 1 128 1 1 0
   params 4 648
@@ -411,7 +401,6 @@ call 36 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_imp
   slot 1 1 616 @35.0
   slot 2 1 624 @35.1+16384
   bytes 1 632 0300000004000000
-  bytes 1 644 00000000
 # float16_copy
 # 1 bytes the kernel cannot read are masked: the captureless functor (parameter 1)
 call 37 launch _ZN2at6native29vectorized_elementwise_kernelILi8EZNS0_24float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_St5arrayIPcLm2EEEEviT0_T1_
@@ -437,7 +426,7 @@ call 39 matmul
   slot 3 D 0 first
   slot 4 bias 0 @37.0
 # mul
-# 552 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 2 dims)
+# 560 bytes the kernel cannot read are masked: unused entries of OffsetCalculator<3> (parameter 1 offset 0, 2 dims), the closure's last word, a host address (parameter 1 offset 640)
 call 40 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_implINS0_13BinaryFunctorIfffNS0_15binary_internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseERKT_EUliE_EEviT1_
   config 7188 1 1 128 1 1 0
   params 4 648
@@ -448,7 +437,6 @@ call 40 launch _ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_imp
   slot 1 1 616 @39.3
   slot 2 1 624 first
   bytes 1 632 0306050604000000
-  bytes 1 644 00000000
 # add
 call 41 launch _ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EEEEviT0_T1_
   config 3594 1 1 128 1 1 0

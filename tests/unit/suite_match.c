@@ -56,6 +56,35 @@ START_TEST(every_recorded_block_is_recognised)
 }
 END_TEST
 
+/* Blocks whose closures hold other host left-overs than the recording's:
+ * the captureless functors' byte (01 on cuda:1, 00 when recorded) and the
+ * closure's tail word (a 0x7f... address in a second thread).  Before the
+ * recorder masked them, neither process recognised a block. */
+static void recognised_in(const char *replay_file, unsigned blocks)
+{
+    char *trace = t_path("trace.jsonl");
+    setup_env(trace);
+    char *path = t_repo_path(replay_file);
+    replay(path);
+    char *text = t_read_file(trace, NULL);
+    ck_assert_uint_eq(t_count(text, "\"reason\":\"group_complete\""), blocks);
+    ck_assert_uint_eq(t_count(text, "\"reason\":\"group_call\""), blocks * 41);
+    free(text);
+    free(path);
+}
+
+START_TEST(blocks_on_a_second_gpu_are_recognised)
+{
+    recognised_in("build/tests/h3-block1-cuda1-replay.txt", 2); /* two calls of a one-block model */
+}
+END_TEST
+
+START_TEST(blocks_in_a_second_thread_are_recognised)
+{
+    recognised_in("build/tests/h3-block1-thread-replay.txt", 4); /* two in the main thread, two in another */
+}
+END_TEST
+
 /* One edit of the replay: in the `nth` line (1-based; 0: every line)
  * containing `match`, token number `token` becomes `to`, or with `to` NULL
  * the pointer it holds plus 1 MiB. */
@@ -202,6 +231,8 @@ Suite *t_suite_match(void)
     tcase_add_checked_fixture(tc, t_setup, t_teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, every_recorded_block_is_recognised);
+    tcase_add_test(tc, blocks_on_a_second_gpu_are_recognised);
+    tcase_add_test(tc, blocks_in_a_second_thread_are_recognised);
     tcase_add_test(tc, a_changed_launch_breaks_its_instance);
     tcase_add_test(tc, a_changed_stable_byte_breaks_its_instance);
     tcase_add_test(tc, a_rewired_pointer_breaks_its_instance);
