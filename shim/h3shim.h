@@ -698,6 +698,9 @@ void h3_stats_count(const struct h3_call *c);
  * forwarded, `forward_ns` spent in real calls the shim made meanwhile on the
  * application's behalf (h3_forward_begin/end). */
 void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t forward_ns);
+/* Exported: the shim's own host time, observed calls and time issuing for the
+ * application so far (H3SHIM_STATS=1); 0, or -1 when not timed. */
+int h3shim_host_time(unsigned long long *own_ns, unsigned long long *calls, unsigned long long *issuing_ns);
 
 /* Host time, during the current observed call of this thread, of the real
  * calls the shim made for the application: held launches issued, ops'

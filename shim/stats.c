@@ -100,6 +100,24 @@ void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t forward_ns)
     atomic_fetch_add_explicit(&h3_stat_shim_calls, 1, memory_order_relaxed);
 }
 
+/*
+ * The shim's own host time so far, for a program that wants to see it while
+ * it runs (tests/gpu/robust.py: the shim's share of each workload's time).
+ * Exported as h3shim_host_time; declared in README.md ("Statistics").
+ * Returns 0 and the totals, or -1 when H3SHIM_STATS is off (nothing is
+ * timed then) or an argument is NULL.
+ */
+H3_EXPORT int h3shim_host_time(unsigned long long *own_ns, unsigned long long *calls,
+                               unsigned long long *issuing_ns)
+{
+    if (own_ns == NULL || calls == NULL || issuing_ns == NULL || h3_state_now() == 0 || !h3_config.stats)
+        return -1;
+    *own_ns = atomic_load_explicit(&h3_stat_shim_ns, memory_order_relaxed);
+    *calls = atomic_load_explicit(&h3_stat_shim_calls, memory_order_relaxed);
+    *issuing_ns = atomic_load_explicit(&h3_stat_forward_ns, memory_order_relaxed);
+    return 0;
+}
+
 static void h3_stats_reset_kernel(const struct h3_kernel *k, void *arg)
 {
     (void)arg;

@@ -3,6 +3,7 @@
  * message each and a safe default; values set are echoed at INFO; the debug
  * log goes to a file; the stats table is printed at exit.
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,48 @@ START_TEST(stats_table_at_exit)
 }
 END_TEST
 
+typedef int t_host_time_fn(unsigned long long *, unsigned long long *, unsigned long long *);
+
+/* Exits 0 when h3shim_host_time says `want` (0: totals that grew with the calls; -1: not timed). */
+static void host_time_child(int want)
+{
+    t_host_time_fn *fn = (t_host_time_fn *)dlsym(RTLD_DEFAULT, "h3shim_host_time");
+    if (fn == NULL)
+        exit(10);
+    for (size_t i = 0; i < t_fw_nentries; i++)
+        t_call(t_fw_entries[i].name, i);
+    unsigned long long own = 0, calls = 0, issuing = 0;
+    if (fn(&own, &calls, &issuing) != want || fn(NULL, &calls, &issuing) != -1)
+        exit(11);
+    if (want == 0 && (calls < t_fw_nentries / 2 || own == 0))
+        exit(12);
+    unsigned long long own2 = 0, calls2 = 0;
+    for (size_t i = 0; i < t_fw_nentries; i++)
+        t_call(t_fw_entries[i].name, i);
+    if (want == 0 && (fn(&own2, &calls2, &issuing) != 0 || calls2 <= calls || own2 <= own))
+        exit(13);
+    exit(0);
+}
+
+static void host_time_on(void)
+{
+    setenv("H3SHIM_STATS", "1", 1);
+    host_time_child(0);
+}
+
+static void host_time_off(void)
+{
+    setenv("H3SHIM_STATS", "0", 1);
+    host_time_child(-1);
+}
+
+START_TEST(host_time_is_readable_while_running)
+{
+    ck_assert_int_eq(t_in_child(host_time_on), 0);
+    ck_assert_int_eq(t_in_child(host_time_off), 0);
+}
+END_TEST
+
 Suite *t_suite_config(void)
 {
     Suite *s = suite_create("config");
@@ -115,6 +158,7 @@ Suite *t_suite_config(void)
     tcase_add_test(tc, values_set_are_echoed_at_info);
     tcase_add_test(tc, subsystem_filter_and_debug_file);
     tcase_add_test(tc, stats_table_at_exit);
+    tcase_add_test(tc, host_time_is_readable_while_running);
     suite_add_tcase(s, tc);
     return s;
 }
