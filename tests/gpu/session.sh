@@ -4,11 +4,12 @@
 # and packs every evidence file and log into one archive, rewritten after each
 # step (so a call that runs out of time still returns what finished).
 #
-#   tests/gpu/session.sh [STEP...]     (default: kernels decode variants threads)
+#   tests/gpu/session.sh [STEP...]     (default: decode threads variants)
 #
 # Steps (about how long each takes on an H200):
 #   kernels    each kernel's test against PyTorch, and weight_cache's (3-4 min)
-#   decode     full_decode.py: A, G and the defaults S, SG, 2 rounds (4 min)
+#   decode     full_decode.py: A, G and the defaults S, SG, 3 rounds; per request
+#              latency and host time, so host-bound requests show (4 min)
 #   quick      full_decode.py on the quick latent, defaults, 1 round (1 min)
 #   variants threads children compiled workloads nccl
 #              robust.py's items, 2 rounds (workloads: 5 rounds)     (1-5 min)
@@ -17,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 steps=("$@")
-[[ ${#steps[@]} -gt 0 ]] || steps=(kernels decode variants threads)
+[[ ${#steps[@]} -gt 0 ]] || steps=(decode threads variants)
 dest=${OUT:-$PWD/build}
 work=$(mktemp -d "${TMPDIR:-/tmp}/h3shim-session.XXXXXX")
 export OUT=$work
@@ -44,7 +45,7 @@ for step in "${steps[@]}"; do
             for t in rmsnorm residual_rmsnorm qk_norm_rope swiglu weight_cache; do
                 run "kernel-$t" 200 python3 "tests/gpu/test_$t.py" --fatbin build/kernels.fatbin
             done ;;
-        decode) run decode 420 python3 tests/gpu/full_decode.py --arms S,SG --rounds 2 --tag=-defaults ;;
+        decode) run decode 420 python3 tests/gpu/full_decode.py --arms S,SG --rounds 3 --tag=-defaults ;;
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
         workloads) run workloads 420 python3 tests/gpu/robust.py --items workloads --rounds 5 --tag=-workloads ;;
         variants|threads|children|compiled|nccl)
