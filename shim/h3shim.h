@@ -88,6 +88,7 @@ struct h3_config {
     const char *op_norm_cast;
     const char *op_residual_norm;
     const char *op_qk_norm_rope;
+    bool weight_cache_graphs;
     long weight_cache_max_mb;
     long weight_cache_min_free_pct;
     const char *sm_allow;
@@ -270,6 +271,7 @@ struct h3_cudnn_desc {
 struct h3_sync_desc {
     const void *dst;
     size_t bytes;
+    const void *graph_exec; /* cudaGraphLaunch / cuGraphLaunch: the executable graph */
 };
 
 struct h3_procaddr_desc {
@@ -343,6 +345,9 @@ void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int ver
  * writes when it writes some (dst NULL otherwise; bytes 0 when unknown, as
  * for a free). */
 void h3_desc_sync(struct h3_call *c, const void *stream, const void *dst, size_t bytes);
+void h3_desc_graph_launch(struct h3_call *c, const void *stream, const void *graph_exec);
+/* cudaStreamEndCapture: as a sync on `stream` (the graph it gives is asked for before, graphs.c). */
+#define h3_desc_end_capture(c, stream, pgraph) h3_desc_sync(c, stream, NULL, 0)
 /* The same for a 2-D, 3-D or 3-D peer copy: the device bytes it may write. */
 void h3_desc_copy2d(struct h3_call *c, const void *stream, const CUDA_MEMCPY2D *p);
 void h3_desc_copy3d(struct h3_call *c, const void *stream, const CUDA_MEMCPY3D *p);
@@ -604,6 +609,56 @@ void h3_ops_reset(void);
 
 extern const struct h3_op h3_op_replay, h3_op_swiglu, h3_op_weight_cache, h3_op_norm_cast, h3_op_residual_norm,
     h3_op_qk_norm_rope;
+
+/* ---- graphs.c: which CUDA graphs were captured under the shim ---- */
+
+/*
+ * What a capture holds that weight_cache must act on when its graph is
+ * launched: the copies its GEMMs read, and everything its calls may write
+ * (every 8-byte word of its launches' parameters, library outputs, copy and
+ * memset destinations), or `all` when something in it may write anywhere.
+ * Shared by a capture, the graph it made and the executable graphs
+ * instantiated from that graph; owned by graphs.c.
+ */
+struct h3_grec {
+    unsigned refs;
+    bool all;
+    uint32_t nreads, nwords, nranges;
+    uint32_t capreads, capwords, capranges;
+    uint32_t *reads; /* weight_cache entry indices */
+    uint64_t *words;
+    uint64_t (*ranges)[2];
+};
+
+/* At cudaStreamBeginCapture on `stream`, before it is forwarded. */
+void h3_graphs_begin(const void *stream, bool into_graph);
+/* The record of the capture `stream` takes part in, or NULL when it is not
+ * capturing (or graph tracking is off).  Locks the table: pair with
+ * h3_graphs_unlock(), whatever it returned. */
+struct h3_grec *h3_graphs_capture_lock(const void *stream);
+/* The record of executable graph `exec` (NULL: not captured under the
+ * shim, or changed since), locked the same way. */
+struct h3_grec *h3_graphs_exec_lock(const void *exec);
+void h3_graphs_unlock(void);
+/* Append to a locked record (out of memory: the record becomes `all`, its reads unknown). */
+void h3_grec_read(struct h3_grec *r, uint32_t entry);
+void h3_grec_word(struct h3_grec *r, uint64_t word);
+void h3_grec_range(struct h3_grec *r, uint64_t lo, uint64_t hi);
+/* A graph launched inside the capture `stream` takes part in: that capture's
+ * record gets everything `exec`'s holds (all, if `exec` is not known). */
+void h3_graphs_merge_exec(const void *stream, const void *exec);
+/* At cudaStreamEndCapture on `stream`, before it is forwarded. */
+void h3_graphs_end(const void *stream);
+/* After a graph was instantiated, destroyed or changed (CONFIG hooks). */
+/* `pexec` points at the executable graph an instantiation wrote (a
+ * cudaGraphExec_t * or CUgraphExec *). */
+void h3_graphs_instantiated_at(const void *pexec, const void *graph);
+void h3_graphs_exec_gone(const void *exec);
+void h3_graphs_graph_gone(const void *graph);
+void h3_graphs_graphs_changed(void);
+/* Whether tracking is on (H3SHIM_WEIGHT_CACHE_GRAPHS=1 and weight_cache enabled). */
+extern bool h3_graphs_on;
+void h3_graphs_reset(void);
 
 /* ---- op_weight_cache.c ---- */
 

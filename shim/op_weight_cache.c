@@ -18,7 +18,14 @@
  *   - Copies are per stream, so a copy made on one stream is never read on
  *     another before it is complete.
  *   - Under stream capture the op falls back (a replayed graph would read
- *     the cache with no invalidation reaching it).
+ *     the cache with no invalidation reaching it), unless
+ *     H3SHIM_WEIGHT_CACHE_GRAPHS=1: then a captured GEMM reads a copy that is
+ *     valid when captured, and every launch of a graph captured under the
+ *     shim (graphs.c) first refills on its stream the copies it reads that
+ *     were dropped, then drops what the graph's own calls may write; a graph
+ *     not captured under the shim drops every copy, as before.  A copy read
+ *     on another stream than the one it was last filled on is waited for
+ *     (an event recorded after each fill).
  * Never: issues anything before every fallback has been ruled out.
  */
 #include "h3shim.h"
@@ -30,11 +37,25 @@ static const int h3_wc_validated[] = {90}; /* tests/evidence/2026-11-29-nvidia-h
 
 #define H3_WC_MAX 4096
 
+/* How a copy was last filled: PyTorch's cast launch, output moved to the copy. */
+struct h3_wc_recipe {
+    enum h3_fn fn;
+    const void *handle;
+    dim3 grid, block;
+    unsigned shmem;
+    unsigned char n[4], functor[1], data[16];
+};
+
 struct h3_wc_entry {
     uint64_t src, n; /* FP32 source and element count */
     const void *stream;
     CUdeviceptr dst; /* FP16 copy */
     bool valid;
+    /* With graphs (H3SHIM_WEIGHT_CACHE_GRAPHS=1) only: */
+    bool filled;             /* the recipe is set */
+    struct h3_wc_recipe recipe;
+    const void *fill_stream; /* where the last fill was issued */
+    CUevent event;           /* recorded after it (NULL: none could be made) */
 };
 
 static struct {
@@ -47,6 +68,7 @@ static struct {
     unsigned order[H3_WC_MAX]; /* entry indices by source address */
     uint64_t maxlen;  /* the longest source, in bytes */
     atomic_ulong hits, fills, drops;
+    atomic_ulong graph_launches, graph_refills; /* H3SHIM_WEIGHT_CACHE_GRAPHS=1 */
 } h3_wc = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Per signature, which calls are casts that the op replaces (they read a
@@ -190,17 +212,91 @@ static void h3_wc_drop(uint64_t lo, uint64_t hi)
     pthread_mutex_unlock(&h3_wc.lock);
 }
 
-void h3_wcache_observe(const struct h3_call *c)
+/* With graphs: records e's event on the stream it was just filled on. Locked. */
+static void h3_wc_filled_on(struct h3_wc_entry *e, const void *stream)
 {
-    if (atomic_load_explicit(&h3_wc.live, memory_order_relaxed) == 0)
+    e->fill_stream = stream;
+    if (!h3_graphs_on)
         return;
+    __typeof__(&cuEventCreate) create = H3_LIB_FN(CUDA, cuEventCreate);
+    __typeof__(&cuEventRecord) record = H3_LIB_FN(CUDA, cuEventRecord);
+    if (e->event == NULL && (create == NULL || create(&e->event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS))
+        e->event = NULL;
+    if (e->event != NULL && (record == NULL || record(e->event, (CUstream)(uintptr_t)stream) != CUDA_SUCCESS))
+        e->event = NULL; /* cannot be waited for: h3_wc_ready synchronises instead */
+}
+
+/* Makes work on `stream` wait for e's last fill when that was on another stream. Locked. */
+static void h3_wc_ready(const struct h3_wc_entry *e, const void *stream)
+{
+    if (!h3_graphs_on || e->fill_stream == stream)
+        return;
+    __typeof__(&cuStreamWaitEvent) wait = H3_LIB_FN(CUDA, cuStreamWaitEvent);
+    __typeof__(&cuStreamSynchronize) sync = H3_LIB_FN(CUDA, cuStreamSynchronize);
+    if (e->event == NULL || wait == NULL || wait((CUstream)(uintptr_t)stream, e->event, 0) != CUDA_SUCCESS) {
+        if (sync != NULL)
+            sync((CUstream)(uintptr_t)e->fill_stream);
+    }
+}
+
+/* Issues e's recipe on `stream`: the cast with its output moved to e's copy. Locked. */
+static void h3_wc_issue_recipe(struct h3_wc_entry *e, const void *stream)
+{
+    const struct h3_wc_recipe *r = &e->recipe;
+    unsigned char n[4], functor[1], data[16];
+    memcpy(n, r->n, sizeof(n));
+    memcpy(functor, r->functor, sizeof(functor));
+    memcpy(data, r->data, sizeof(data));
+    uint64_t out = (uint64_t)e->dst;
+    memcpy(data, &out, 8);
+    void *argv[3] = {n, functor, data};
+    struct h3_deferred d = {r->fn, r->handle, r->grid, r->block, r->shmem, stream, argv};
+    h3_engine_issue(&d, 1);
+    h3_wc_filled_on(e, stream);
+}
+
+/* Fills e's copy with cast `d` (as PyTorch made it, output moved). Locked. */
+static void h3_wc_fill(struct h3_wc_entry *e, const struct h3_deferred *d)
+{
+    struct h3_wc_recipe *r = &e->recipe;
+    *r = (struct h3_wc_recipe){d->fn, d->handle, d->grid, d->block, d->shmem, {0}, {0}, {0}};
+    memcpy(r->n, d->argv[0], sizeof(r->n));
+    memcpy(r->functor, d->argv[1], sizeof(r->functor));
+    memcpy(r->data, d->argv[2], sizeof(r->data));
+    e->filled = true;
+    h3_wc_issue_recipe(e, d->stream);
+}
+
+/* The valid entry for (src, n) on any stream, preferring `stream`'s. Locked. */
+static struct h3_wc_entry *h3_wc_valid_any(uint64_t src, uint64_t n, const void *stream)
+{
+    struct h3_wc_entry *found = NULL;
+    for (unsigned p = h3_wc_lower_bound(src); p < h3_wc.n && h3_wc.e[h3_wc.order[p]].src == src; p++) {
+        struct h3_wc_entry *e = &h3_wc.e[h3_wc.order[p]];
+        if (e->n == n && e->valid && e->filled && (found == NULL || e->stream == stream))
+            found = e;
+    }
+    return found;
+}
+
+/* Where what a call may write goes: dropped now, or recorded for a graph. */
+struct h3_wc_sink {
+    void (*range)(void *arg, uint64_t lo, uint64_t hi); /* [lo, hi); [0, UINT64_MAX): anywhere */
+    void (*word)(void *arg, uint64_t v);                 /* a parameter word that may point where it writes */
+    void *arg;
+};
+
+/* Tells `k` what call `c` may write (its launch parameters' words, its
+ * library outputs, its copy or memset destination, a free's allocation). */
+static void h3_wc_each_write(const struct h3_call *c, const struct h3_wc_sink *k)
+{
     const struct h3_hook_info *hk = &h3_hooks[c->fn];
     if (hk->kind == H3_KIND_SYNC) {
         const char *name = hk->name;
         if (strstr(name, "GraphLaunch") != NULL || strstr(name, "LaunchHostFunc") != NULL ||
             strstr(name, "AddCallback") != NULL || strstr(name, "BatchMemOp") != NULL ||
             strstr(name, "BatchAsync") != NULL || strstr(name, "Cooperative") != NULL) {
-            h3_wc_drop(0, UINT64_MAX);
+            k->range(k->arg, 0, UINT64_MAX);
         } else if (c->u.sync.dst != NULL) {
             uint64_t dst = (uint64_t)(uintptr_t)c->u.sync.dst, bytes = c->u.sync.bytes;
             if (bytes == 0) { /* a free: the whole allocation */
@@ -212,7 +308,7 @@ void h3_wcache_observe(const struct h3_call *c)
                 else
                     dst = 0, bytes = UINT64_MAX;
             }
-            h3_wc_drop(dst, bytes > UINT64_MAX - dst ? UINT64_MAX : dst + bytes);
+            k->range(k->arg, dst, bytes > UINT64_MAX - dst ? UINT64_MAX : dst + bytes);
         }
         return;
     }
@@ -220,33 +316,145 @@ void h3_wcache_observe(const struct h3_call *c)
         if (c->match_sig != NULL && h3_wc_is_cast(c->match_sig, c->match_call))
             return; /* a cast the op replaces: it reads the source */
         if (c->kernel != NULL && c->kernel->writes_unseen) {
-            h3_wc_drop(0, UINT64_MAX); /* an NCCL collective may write any weight */
+            k->range(k->arg, 0, UINT64_MAX); /* an NCCL collective may write any weight */
             return;
         }
         for (uint32_t p = 0; c->args != NULL && c->param_sizes != NULL && p < c->nparams; p++)
             for (uint32_t off = 0; off + 8 <= c->param_sizes[p]; off += 8) {
                 uint64_t v;
                 memcpy(&v, (const char *)c->args[p] + off, 8);
-                if (v >= h3_wc.lo && v < h3_wc.hi)
-                    h3_wc_drop(v, v + 1);
+                k->word(k->arg, v);
             }
         return;
     }
-    const void *outs[H3_CUDNN_MAX_TENSORS];
-    unsigned n = 0;
     if (c->fn == H3_FN_cublasLtMatmul) {
-        outs[n++] = c->u.lt.C, outs[n++] = c->u.lt.D;
+        k->word(k->arg, (uint64_t)(uintptr_t)c->u.lt.C);
+        k->word(k->arg, (uint64_t)(uintptr_t)c->u.lt.D);
     } else if (c->fn == H3_FN_cudnnBackendExecute) {
         for (int64_t i = 0; i < c->u.dnn.count && i < H3_CUDNN_MAX_TENSORS; i++)
-            outs[n++] = c->u.dnn.ptrs[i];
+            k->word(k->arg, (uint64_t)(uintptr_t)c->u.dnn.ptrs[i]);
     } else if (hk->kind == H3_KIND_LIBCALL) {
-        outs[n++] = c->u.gemm.C;
+        k->word(k->arg, (uint64_t)(uintptr_t)c->u.gemm.C);
     }
-    for (unsigned i = 0; i < n; i++) {
-        uint64_t v = (uint64_t)(uintptr_t)outs[i];
-        if (v >= h3_wc.lo && v < h3_wc.hi)
-            h3_wc_drop(v, v + 1);
+}
+
+static void h3_wc_drop_range(void *arg, uint64_t lo, uint64_t hi)
+{
+    (void)arg;
+    h3_wc_drop(lo, hi);
+}
+
+static void h3_wc_drop_word(void *arg, uint64_t v)
+{
+    (void)arg;
+    if (v >= h3_wc.lo && v < h3_wc.hi)
+        h3_wc_drop(v, v + 1);
+}
+
+static const struct h3_wc_sink h3_wc_dropper = {h3_wc_drop_range, h3_wc_drop_word, NULL};
+
+static void h3_wc_record_range(void *arg, uint64_t lo, uint64_t hi)
+{
+    struct h3_grec *r = arg;
+    if (lo == 0 && hi == UINT64_MAX)
+        r->all = true;
+    else
+        h3_grec_range(r, lo, hi);
+}
+
+static void h3_wc_record_word(void *arg, uint64_t v)
+{
+    h3_grec_word(arg, v);
+}
+
+/* At a launch of executable graph `exec` on `stream`, before it is
+ * forwarded: refills the copies it reads that were dropped (on `stream`,
+ * so before the graph), makes it wait for the ones last filled elsewhere,
+ * then drops what it may write.  A graph not captured under the shim may
+ * write anything: every copy is dropped.  A graph launched inside a
+ * capture adds its record to that capture's. */
+static void h3_wcache_graph_launch(const void *exec, const void *stream)
+{
+    struct h3_grec *outer = h3_stream_capturing(stream) ? h3_graphs_capture_lock(stream) : NULL;
+    if (outer != NULL) {
+        h3_graphs_unlock();
+        h3_graphs_merge_exec(stream, exec);
+        return;
     }
+    struct h3_grec *rec = h3_graphs_exec_lock(exec);
+    if (rec == NULL) {
+        h3_wc_drop(0, UINT64_MAX);
+        return;
+    }
+    pthread_mutex_lock(&h3_wc.lock);
+    bool every = rec->nreads == UINT32_MAX, filled = false;
+    for (uint32_t i = 0; i < (every ? h3_wc.n : rec->nreads); i++) {
+        struct h3_wc_entry *e = &h3_wc.e[every ? i : rec->reads[i]];
+        if (!e->filled)
+            continue;
+        if (!e->valid) {
+            h3_wc_issue_recipe(e, stream);
+            e->valid = true, filled = true;
+            atomic_fetch_add_explicit(&h3_wc.graph_refills, 1, memory_order_relaxed);
+        } else {
+            h3_wc_ready(e, stream);
+        }
+    }
+    if (filled)
+        h3_wc_bounds();
+    pthread_mutex_unlock(&h3_wc.lock);
+    atomic_fetch_add_explicit(&h3_wc.graph_launches, 1, memory_order_relaxed);
+    if (rec->all) {
+        h3_wc_drop(0, UINT64_MAX);
+    } else {
+        for (uint32_t i = 0; i < rec->nwords; i++)
+            h3_wc_drop_word(NULL, rec->words[i]);
+        for (uint32_t i = 0; i < rec->nranges; i++)
+            h3_wc_drop(rec->ranges[i][0], rec->ranges[i][1]);
+    }
+    h3_graphs_unlock();
+}
+
+void h3_wcache_observe(const struct h3_call *c)
+{
+    if (h3_graphs_on) {
+        switch (c->fn) {
+        case H3_FN_cudaStreamBeginCapture:
+        case H3_FN_cudaStreamBeginCapture_ptsz:
+        case H3_FN_cuStreamBeginCapture_v2:
+        case H3_FN_cuStreamBeginCapture_v2_ptsz:
+            h3_graphs_begin(c->stream, false);
+            return;
+        case H3_FN_cudaStreamBeginCaptureToGraph:
+        case H3_FN_cuStreamBeginCaptureToGraph:
+            h3_graphs_begin(c->stream, true);
+            return;
+        case H3_FN_cudaStreamEndCapture:
+        case H3_FN_cudaStreamEndCapture_ptsz:
+        case H3_FN_cuStreamEndCapture:
+        case H3_FN_cuStreamEndCapture_ptsz:
+            h3_graphs_end(c->stream);
+            return;
+        case H3_FN_cudaGraphLaunch:
+        case H3_FN_cudaGraphLaunch_ptsz:
+        case H3_FN_cuGraphLaunch:
+        case H3_FN_cuGraphLaunch_ptsz:
+            h3_wcache_graph_launch(c->u.sync.graph_exec, c->stream);
+            return;
+        default:
+            break;
+        }
+        /* A captured call: what it may write is dropped again at every launch of its graph. */
+        struct h3_grec *rec = h3_graphs_capture_lock(c->stream);
+        if (rec != NULL) {
+            struct h3_wc_sink k = {h3_wc_record_range, h3_wc_record_word, rec};
+            h3_wc_each_write(c, &k);
+            h3_graphs_unlock();
+        }
+    }
+    if (atomic_load_explicit(&h3_wc.live, memory_order_relaxed) == 0)
+        return;
+    h3_wc_each_write(c, &h3_wc_dropper);
 }
 
 /* The entry for (src, n, stream), added if new; NULL with *why when it cannot be. Locked. */
@@ -282,7 +490,7 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
         return NULL;
     }
     h3_wc.bytes += bytes;
-    h3_wc.e[h3_wc.n] = (struct h3_wc_entry){src, n, stream, dst, false};
+    h3_wc.e[h3_wc.n] = (struct h3_wc_entry){.src = src, .n = n, .stream = stream, .dst = dst};
     unsigned p = h3_wc.n;
     while (p > 0 && h3_wc.e[h3_wc.order[p - 1]].src > src) {
         h3_wc.order[p] = h3_wc.order[p - 1];
@@ -294,19 +502,6 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
 }
 
 /* ---- running ---- */
-
-/* Issues cast `d` with its output moved to `dst`. */
-static void h3_wc_fill(const struct h3_deferred *d, CUdeviceptr dst)
-{
-    unsigned char data[16];
-    memcpy(data, d->argv[2], sizeof(data));
-    uint64_t out = (uint64_t)dst;
-    memcpy(data, &out, 8);
-    void *argv[3] = {d->argv[0], d->argv[1], data};
-    struct h3_deferred patched = *d;
-    patched.argv = argv;
-    h3_engine_issue(&patched, 1);
-}
 
 /* What a range's check and run both read from its calls and its anchor. */
 struct h3_wc_call {
@@ -341,9 +536,26 @@ static const char *h3_wc_check(const struct h3_op_range *r, const struct h3_defe
     const char *why = h3_wc_read(r, calls, anchor, &x);
     if (why != NULL)
         return why;
-    if (h3_stream_capturing(x.stream))
-        return "capturing";
     __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
+    if (h3_stream_capturing(x.stream)) {
+        /* With graphs: copies made before the capture, read by the graph. */
+        struct h3_grec *rec = h3_graphs_capture_lock(x.stream);
+        if (rec == NULL)
+            return "capturing";
+        pthread_mutex_lock(&h3_wc.lock);
+        struct h3_wc_entry *ew = h3_wc_valid_any(x.src_w, (uint64_t)x.n_w, x.stream);
+        struct h3_wc_entry *eb = ew != NULL ? h3_wc_valid_any(x.src_b, (uint64_t)x.n_b, x.stream) : NULL;
+        const void *bias = eb != NULL ? (const void *)(uintptr_t)eb->dst : NULL;
+        pthread_mutex_unlock(&h3_wc.lock);
+        h3_graphs_unlock();
+        if (eb == NULL)
+            return "capturing"; /* no copy made yet: the capture keeps the casts */
+        if (h3_real_fn(H3_FN_cublasLtMatmul) == NULL || set == NULL)
+            return "no_cublaslt";
+        if (set(anchor->u.lt.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS)
+            return "bias_attr";
+        return NULL;
+    }
     if (h3_real_fn(H3_FN_cublasLtMatmul) == NULL || set == NULL)
         return "no_cublaslt";
     pthread_mutex_lock(&h3_wc.lock);
@@ -370,11 +582,25 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
         return why;
     __typeof__(&cublasLtMatmul) matmul = h3_real_fn(H3_FN_cublasLtMatmul);
     __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
+    struct h3_grec *rec = h3_stream_capturing(x.stream) ? h3_graphs_capture_lock(x.stream) : NULL;
     /* Held while refilling: a thread that finds a copy valid finds its
      * refill already issued (threads may share a stream). */
     pthread_mutex_lock(&h3_wc.lock);
-    struct h3_wc_entry *ew = h3_wc_entry(x.src_w, (uint64_t)x.n_w, x.stream, &why);
-    struct h3_wc_entry *eb = ew != NULL ? h3_wc_entry(x.src_b, (uint64_t)x.n_b, x.stream, &why) : NULL;
+    struct h3_wc_entry *ew, *eb;
+    bool captured = rec != NULL; /* the graph launch orders the copies (h3_wcache_graph_launch) */
+    if (captured) { /* captured: only copies that are valid now, never a fill */
+        ew = h3_wc_valid_any(x.src_w, (uint64_t)x.n_w, x.stream);
+        eb = ew != NULL ? h3_wc_valid_any(x.src_b, (uint64_t)x.n_b, x.stream) : NULL;
+        why = eb == NULL ? "capturing" : NULL;
+        if (eb != NULL) {
+            h3_grec_read(rec, (uint32_t)(ew - h3_wc.e));
+            h3_grec_read(rec, (uint32_t)(eb - h3_wc.e));
+        }
+        h3_graphs_unlock();
+    } else {
+        ew = h3_wc_entry(x.src_w, (uint64_t)x.n_w, x.stream, &why);
+        eb = ew != NULL ? h3_wc_entry(x.src_b, (uint64_t)x.n_b, x.stream, &why) : NULL;
+    }
     if (eb == NULL || matmul == NULL || set == NULL) {
         pthread_mutex_unlock(&h3_wc.lock);
         /* Unreachable once the check passed; if it were not, the GEMM the
@@ -389,7 +615,9 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     bool filled = false;
     for (int i = 0; i < 2; i++) {
         if (!e[i]->valid)
-            h3_wc_fill(&calls[cast[i]], e[i]->dst), filled = true;
+            h3_wc_fill(e[i], &calls[cast[i]]), filled = true;
+        else if (!captured)
+            h3_wc_ready(e[i], x.stream);
         atomic_fetch_add_explicit(e[i]->valid ? &h3_wc.hits : &h3_wc.fills, 1, memory_order_relaxed);
         e[i]->valid = true;
     }
@@ -418,6 +646,9 @@ void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
     line("weight_cache: %u copies, %.1f MiB of GPU memory; %lu hits, %lu fills, %lu drops", n,
          (double)bytes / (1 << 20), atomic_load(&h3_wc.hits), atomic_load(&h3_wc.fills),
          atomic_load(&h3_wc.drops));
+    if (h3_graphs_on)
+        line("weight_cache graphs: %lu launches of graphs captured under the shim, %lu copies refilled at them",
+             atomic_load(&h3_wc.graph_launches), atomic_load(&h3_wc.graph_refills));
 }
 
 const struct h3_op h3_op_weight_cache = {

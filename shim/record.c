@@ -401,6 +401,13 @@ void h3_desc_sync(struct h3_call *c, const void *stream, const void *dst, size_t
     c->stream = stream;
     c->u.sync.dst = dst;
     c->u.sync.bytes = bytes;
+    c->u.sync.graph_exec = NULL;
+}
+
+void h3_desc_graph_launch(struct h3_call *c, const void *stream, const void *graph_exec)
+{
+    h3_desc_sync(c, stream, NULL, 0);
+    c->u.sync.graph_exec = graph_exec;
 }
 
 /* Device bytes a 2-D or 3-D copy may write, from its destination's base to

@@ -60,6 +60,17 @@ void fakelog_set_result(const char *fn, long long ret);
 long long fakelog_result(const char *fn, long long fallback);
 void fakelog_reset_results(void);
 
+/* Stream capture, shared by the fake runtime and driver: a stream captures
+ * from fake_capture_begin to fake_capture_end, which gives the graph's
+ * handle; fake_exec_new gives handles of executable graphs. */
+uint64_t fake_capture_begin(uintptr_t stream);
+/* 1 and the capture's id when `stream` is capturing, else 0. */
+int fake_capture_status(uintptr_t stream, uint64_t *id);
+/* 1 and the graph's handle when `stream` was capturing (the capture ends), else 0. */
+int fake_capture_end(uintptr_t stream, uintptr_t *graph);
+uintptr_t fake_capture_graph(uint64_t id);
+uintptr_t fake_exec_new(void);
+
 /* A fake kernel (CUkernel, CUfunction and cudaKernel_t all point to one). */
 struct fake_kernel {
     uint32_t magic;

@@ -4,6 +4,7 @@
  * -Bsymbolic so that cuGetProcAddress hands out the library's own functions,
  * as the real driver does.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "nvapi.h"
@@ -185,11 +186,46 @@ static void fake_qk(void **p)
     fakelog_call("cuda", "qk_check", 2, words, 0);
 }
 
-/* Every stream is being captured while FAKE_CAPTURING is set. */
+/* Every stream is being captured while FAKE_CAPTURING is set (no capture
+ * id nor graph then); else those between a begin and an end of capture. */
 FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
 {
-    (void)s;
-    *status = getenv("FAKE_CAPTURING") != NULL ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    uint64_t id;
+    *status = getenv("FAKE_CAPTURING") != NULL || fake_capture_status((uintptr_t)s, &id)
+                  ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                  : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+/* Events: handles only (the fakes run every launch at once). */
+FAKE_EXPORT CUresult cuEventCreate(CUevent *ev, unsigned int flags)
+{
+    static atomic_ulong n;
+    *ev = (CUevent)(uintptr_t)(0xe0000 + 16 * atomic_fetch_add(&n, 1));
+    uint64_t words[2] = {(uint64_t)(uintptr_t)*ev, flags};
+    fakelog_call("cuda", "cuEventCreate", 2, words, 0);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id_out,
+                                               CUgraph *graph_out, const CUgraphNode **deps,
+                                               const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    uint64_t id = 0;
+    int active = fake_capture_status((uintptr_t)s, &id);
+    uint64_t words[2] = {(uint64_t)(uintptr_t)s, id};
+    fakelog_call("cuda", "cuStreamGetCaptureInfo_v3", 2, words, 0);
+    *status = active ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id_out != NULL)
+        *id_out = id;
+    if (graph_out != NULL)
+        *graph_out = active ? (CUgraph)fake_capture_graph(id) : NULL;
+    if (deps != NULL)
+        *deps = NULL;
+    if (edges != NULL)
+        *edges = NULL;
+    if (ndeps != NULL)
+        *ndeps = 0;
     return CUDA_SUCCESS;
 }
 
@@ -256,6 +292,20 @@ static long long fake_behave(const char *fn, void **argp)
         }
         *pfn = NULL;
         return CUDA_ERROR_NOT_FOUND;
+    }
+    if (strncmp(fn, "cuStreamBeginCapture", 20) == 0) {
+        fake_capture_begin((uintptr_t) * (CUstream *)argp[0]);
+        return CUDA_SUCCESS;
+    }
+    if (strncmp(fn, "cuStreamEndCapture", 18) == 0) {
+        uintptr_t graph;
+        if (fake_capture_end((uintptr_t) * (CUstream *)argp[0], &graph))
+            **(CUgraph **)argp[1] = (CUgraph)graph;
+        return CUDA_SUCCESS;
+    }
+    if (strncmp(fn, "cuGraphInstantiate", 18) == 0) {
+        **(CUgraphExec **)argp[0] = (CUgraphExec)fake_exec_new();
+        return CUDA_SUCCESS;
     }
     if (strcmp(fn, "cuLaunchKernel") == 0 || strcmp(fn, "cuLaunchKernel_ptsz") == 0)
         return run(*(CUfunction *)argp[0], *(unsigned *)argp[1], *(unsigned *)argp[2], *(unsigned *)argp[3],

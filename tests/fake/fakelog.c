@@ -75,11 +75,14 @@ FAKE_EXPORT size_t fakelog_count_fn(const char *fn)
     return n;
 }
 
+static void fake_capture_reset(void);
+
 FAKE_EXPORT void fakelog_clear(void)
 {
     pthread_mutex_lock(&lock);
     count = 0;
     pthread_mutex_unlock(&lock);
+    fake_capture_reset();
 }
 
 FAKE_EXPORT void fakelog_set_result(const char *fn, long long ret)
@@ -160,4 +163,70 @@ FAKE_EXPORT void fake_kernel_run(struct fake_kernel *k, void **params)
 FAKE_EXPORT unsigned long fake_kernel_runs(void)
 {
     return atomic_load(&runs);
+}
+
+static pthread_mutex_t fake_capture_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    uintptr_t stream;
+    uint64_t id;
+} fake_captures[8];
+static uint64_t fake_capture_ids, fake_execs;
+
+FAKE_EXPORT uintptr_t fake_capture_graph(uint64_t id)
+{
+    return 0x90000 + (uintptr_t)id * 16;
+}
+
+FAKE_EXPORT uint64_t fake_capture_begin(uintptr_t stream)
+{
+    pthread_mutex_lock(&fake_capture_lock);
+    uint64_t id = 0;
+    for (int i = 0; i < 8; i++)
+        if (fake_captures[i].id == 0) {
+            fake_captures[i].stream = stream;
+            id = fake_captures[i].id = ++fake_capture_ids;
+            break;
+        }
+    pthread_mutex_unlock(&fake_capture_lock);
+    return id;
+}
+
+FAKE_EXPORT int fake_capture_status(uintptr_t stream, uint64_t *id)
+{
+    int found = 0;
+    pthread_mutex_lock(&fake_capture_lock);
+    for (int i = 0; i < 8 && !found; i++)
+        if (fake_captures[i].id != 0 && fake_captures[i].stream == stream)
+            found = 1, *id = fake_captures[i].id;
+    pthread_mutex_unlock(&fake_capture_lock);
+    return found;
+}
+
+FAKE_EXPORT int fake_capture_end(uintptr_t stream, uintptr_t *graph)
+{
+    int found = 0;
+    pthread_mutex_lock(&fake_capture_lock);
+    for (int i = 0; i < 8 && !found; i++)
+        if (fake_captures[i].id != 0 && fake_captures[i].stream == stream) {
+            found = 1;
+            *graph = fake_capture_graph(fake_captures[i].id);
+            fake_captures[i].id = 0;
+        }
+    pthread_mutex_unlock(&fake_capture_lock);
+    return found;
+}
+
+FAKE_EXPORT uintptr_t fake_exec_new(void)
+{
+    pthread_mutex_lock(&fake_capture_lock);
+    uintptr_t e = 0xa0000 + (uintptr_t)(++fake_execs) * 16;
+    pthread_mutex_unlock(&fake_capture_lock);
+    return e;
+}
+
+static void fake_capture_reset(void)
+{
+    pthread_mutex_lock(&fake_capture_lock);
+    memset(fake_captures, 0, sizeof(fake_captures));
+    pthread_mutex_unlock(&fake_capture_lock);
 }

@@ -58,6 +58,8 @@ struct fw_objects {
     CUDA_MEMCPY2D copy2d; /* device-to-device copies of 0x800 bytes into 0x6000 */
     CUDA_MEMCPY3D copy3d;
     CUDA_MEMCPY3D_PEER copy3d_peer;
+    void *graph_exec; /* where an instantiation writes its executable graph */
+    void *graph;      /* where an end of capture writes its graph */
 };
 static _Thread_local struct fw_objects fw_obj;
 
@@ -151,6 +153,13 @@ static void fw_objects_make(uint64_t seed)
 /* A synchronising call's arguments are forwarded, never read, but for a
  * 2-D or 3-D copy's description, which must be a valid struct. */
 #define h3_desc_sync(c, stream, dst, bytes) ((void)0)
+#define h3_desc_graph_launch(c, stream, exec) ((void)0)
+#define h3_desc_end_capture(c, stream, pgraph) ((pgraph) = (void *)&fw_obj.graph)
+/* The graph hooks' own work needs valid out-pointers; the fakes write them. */
+#define h3_graphs_instantiated_at(pexec, graph) ((pexec) = (void *)&fw_obj.graph_exec)
+#define h3_graphs_exec_gone(exec) ((void)0)
+#define h3_graphs_graph_gone(graph) ((void)0)
+#define h3_graphs_graphs_changed() ((void)0)
 #define h3_desc_copy2d(c, stream, p) (p = &fw_obj.copy2d)
 #define h3_desc_copy3d(c, stream, p) (p = &fw_obj.copy3d)
 #define h3_desc_copy3d_peer(c, stream, p) (p = &fw_obj.copy3d_peer)
@@ -502,6 +511,40 @@ FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *o
     }
     fclose(f);
     return calls;
+}
+
+FAKE_EXPORT long fw_graph(const char *path, const struct fw_graph_opts *o, long *bad_line)
+{
+    cudaStream_t cs = (cudaStream_t)o->capture_stream, ls = (cudaStream_t)o->launch_stream;
+    if (cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal) != cudaSuccess)
+        return -1;
+    struct fw_replay_opts r = {-1, FW_INSERT_NONE, o->capture_stream, 0, 0};
+    if (o->captured_write != 0)
+        r = (struct fw_replay_opts){0, FW_INSERT_KERNEL, o->capture_stream, 0, o->captured_write};
+    long n = fw_replay_with(path, &r, bad_line);
+    cudaGraph_t g = NULL;
+    if (cudaStreamEndCapture(cs, &g) != cudaSuccess || g == NULL || n <= 0)
+        return -1;
+    cudaGraphExec_t e = NULL;
+    if (cudaGraphInstantiateWithFlags(&e, g, 0) != cudaSuccess || e == NULL)
+        return -1;
+    struct fw_replay_opts plain = {-1, FW_INSERT_NONE, 0, 0, 0};
+    if (o->replay_around && fw_replay_with(path, &plain, bad_line) <= 0)
+        return -1;
+    for (int i = 1; i <= o->launches; i++) {
+        if (i == o->write_before && cudaMemsetAsync((void *)o->write_ptr, 0, 64, ls) != cudaSuccess)
+            return -1;
+        if (cudaGraphLaunch(e, ls) != cudaSuccess)
+            return -1;
+    }
+    if (o->replay_around && fw_replay_with(path, &plain, bad_line) <= 0)
+        return -1;
+    for (int i = 0; i < o->unknown_launches; i++)
+        if (cudaGraphLaunch((cudaGraphExec_t)0xbad0, ls) != cudaSuccess)
+            return -1;
+    if (cudaGraphExecDestroy(e) != cudaSuccess || cudaGraphDestroy(g) != cudaSuccess)
+        return -1;
+    return n;
 }
 
 /*

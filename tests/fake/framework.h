@@ -39,6 +39,19 @@ struct fw_replay_opts {
                               when set, the kernel's first parameter */
 };
 
+/* What fw_graph() does: captures a replay on one stream, instantiates it and
+ * launches it on another, writing into a buffer before one of the launches. */
+struct fw_graph_opts {
+    uintptr_t capture_stream, launch_stream;
+    int launches;          /* launches of the executable graph */
+    int write_before;      /* before this launch (1-based; 0: none), a memset of 64 bytes at write_ptr */
+    uintptr_t write_ptr;
+    int unknown_launches;  /* then launches of an executable graph never captured (0xbad0) */
+    uintptr_t captured_write; /* when set, the capture begins with a kernel whose parameter points there */
+    int replay_around;        /* 1: the replay again, uncaptured, before the first launch and after the last */
+};
+
+typedef long fw_graph_fn(const char *path, const struct fw_graph_opts *opts, long *bad_line);
 typedef void fw_setup_fn(void);
 typedef long fw_replay_fn(const char *path, long *bad_line);
 typedef long fw_replay_with_fn(const char *path, const struct fw_replay_opts *opts, long *bad_line);

@@ -55,7 +55,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"))
     ap.add_argument("--arms", default="A,S,G,SG,R,RG",
-                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG (A always runs; O and OG: H3SHIM_OPS=--ops)")
+                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG,WG (A always runs; O and OG: H3SHIM_OPS=--ops; "
+                         "WG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1, CUDA graphs)")
     ap.add_argument("--ops", default="swiglu", help="H3SHIM_OPS of arms O and OG")
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
     ap.add_argument("--shim-b", help="another build of the shim: arm P runs it eager with H3SHIM_OPS=--ops, "
@@ -65,7 +66,8 @@ def main():
     ops = {"H3SHIM_OPS": a.ops}
     arms = {"A": (None, False, {}), "S": (a.shim, False, {}), "G": (None, True, {}), "SG": (a.shim, True, {}),
             "R": (a.shim, False, replay), "RG": (a.shim, True, replay),
-            "O": (a.shim, False, ops), "OG": (a.shim, True, ops), "P": (a.shim_b, False, ops)}
+            "O": (a.shim, False, ops), "OG": (a.shim, True, ops), "P": (a.shim_b, False, ops),
+            "WG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "1"})}
     wanted = set(a.arms.split(","))
     graphs_wanted = any(arms[k][1] for k in wanted if k in arms)  # G: the graph arms' reference
     arms = {k: v for k, v in arms.items()
@@ -96,12 +98,12 @@ def main():
         if arms[name][0]:
             # Every process decodes a warm-up request and `requests` timed ones.
             blocks = result["plan"]["block_calls"] * (1 + a.requests)
-            if not arms[name][2]:  # the defaults: every op on
-                verdicts = [shimstats.ops_verdict(r["shim_stats"], blocks, DEFAULT_OPS) for r in runs]
-            elif "H3SHIM_OPS" in arms[name][2]:
+            if "H3SHIM_OPS" in arms[name][2]:
                 verdicts = [shimstats.ops_verdict(r["shim_stats"], blocks, a.ops.split(",")) for r in runs]
-            else:
+            elif "H3SHIM_OP_REPLAY" in arms[name][2]:
                 verdicts = [shimstats.replay_verdict(r["shim_stats"], blocks) for r in runs]
+            else:  # the defaults: every op on
+                verdicts = [shimstats.ops_verdict(r["shim_stats"], blocks, DEFAULT_OPS) for r in runs]
             engine = {"verdicts": [t for _, t in verdicts], "stats": [shimstats.parse(r["shim_stats"]) for r in runs]}
             if not arms[name][1]:  # eager: every block seen; with graphs only the captures are
                 engine["pass"] = all(v for v, _ in verdicts)
@@ -133,7 +135,9 @@ def main():
              f"{a.rounds} rounds x {a.requests} requests per arm, arms alternating; speed-ups against the "
              "unshimmed arm of the same mode. S/SG: the shim with its defaults; R/RG: the replay op holds back "
              f"and replays every group; O/OG: H3SHIM_OPS={a.ops}"
-             + (f"; P: the same ops with the shim build {a.shim_b}" if a.shim_b else "") + ".", "",
+             + (f"; P: the same ops with the shim build {a.shim_b}" if a.shim_b else "")
+             + ("; WG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1 (weight_cache inside the captures)"
+                if "WG" in result["arms"] else "") + ".", "",
              "| arm | shim | CUDA graphs | ViT calls | output | bitwise = A | median ms/request | speed-up "
              "| GPU memory used, MiB (PyTorch peak reserved) |",
              "|---|---|---|---|---|---|---|---|---|"]

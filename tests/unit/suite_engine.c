@@ -32,6 +32,7 @@ static struct {
     const char *log, *err, *trace, *log_child;
     const char *sigs; /* the signature file or directory to load (default: signatures/) */
     const char *replay; /* the replay file, relative to the repository (default: T_REPLAY) */
+    struct fw_graph_opts graph; /* with launches: then the replay captured and launched (fw_graph) */
 } t_run;
 
 /* One line per executed call: launches as their "exec" entry, library calls
@@ -102,6 +103,14 @@ static void replay_child(void)
             if (r != NULL)
                 exit(4);
         }
+    }
+    if (t_run.graph.launches > 0) {
+        fw_graph_fn *fn = (fw_graph_fn *)dlsym(t_load("libh3fakeframework.so", RTLD_NOW | RTLD_LOCAL), "fw_graph");
+        char *path = t_repo_path(t_run.replay != NULL ? t_run.replay : T_REPLAY);
+        long bad = 0;
+        if (fn(path, &t_run.graph, &bad) <= 0)
+            exit(6);
+        free(path);
     }
     if (t_run.fork_after) {
         fflush(NULL);
@@ -1088,6 +1097,89 @@ START_TEST(weight_cache_drops_everything_at_an_nccl_launch)
 }
 END_TEST
 
+/* The lines of `log` between the n-th and the (n+1)-th line starting with `prefix` (1-based). */
+static char *lines_between(const char *log, const char *prefix, int n)
+{
+    const char *at = log, *from = NULL, *to = NULL;
+    for (int seen = 0; at != NULL && *at != '\0'; at = strchr(at, '\n') != NULL ? strchr(at, '\n') + 1 : NULL) {
+        if (strncmp(at, prefix, strlen(prefix)) != 0)
+            continue;
+        if (++seen == n)
+            from = strchr(at, '\n') + 1;
+        else if (seen == n + 1) {
+            to = at;
+            break;
+        }
+    }
+    ck_assert_msg(from != NULL && to != NULL, "no lines between %s %d and %d", prefix, n, n + 1);
+    return strndup(from, (size_t)(to - from));
+}
+
+static const char *const t_wc_graphs[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_WEIGHT_CACHE_GRAPHS=1", NULL};
+
+START_TEST(weight_cache_in_a_graph_refills_what_was_dropped)
+{
+    learn_block();
+    /* The replay eagerly (24 copies made), then captured on stream 0x3000 and
+     * launched three times on 0x4000, the fifth instance's to_qkv weight
+     * written before the third launch; then a graph never captured. */
+    t_run.graph = (struct fw_graph_opts){0x3000, 0x4000, 3, 3, fifth_weight(), 1, 0, 0};
+    char *stats;
+    char *log = replay_with("wc-graph", t_wc_graphs, &stats);
+    memset(&t_run.graph, 0, sizeof(t_run.graph));
+    /* Every GEMM of the capture read a copy: 36 groups eagerly, 36 captured. */
+    ck_assert_msg(strstr(stats, "op weight_cache 72 groups run (216 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache fallback") == NULL, "%s", tail_of(stats));
+    /* 48 + 72 hits; the write drops one copy, the unknown graph the 24. */
+    ck_assert_msg(strstr(stats, "weight_cache: 24 copies") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "120 hits, 24 fills, 25 drops") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "weight_cache graphs: 3 launches of graphs captured under the shim, 1 copies "
+                                "refilled at them") != NULL, "%s", tail_of(stats));
+    /* Before each launch the graph's stream waits for the 24 copies, last
+     * filled on the replay's stream; nothing is refilled while none is dropped. */
+    char *before2 = lines_between(log, "cudaGraphLaunch", 1);
+    ck_assert_uint_eq(count_lines_starting(before2, "exec "), 0);
+    ck_assert_uint_eq(count_lines_starting(before2, "cuStreamWaitEvent 4000 "), 24);
+    /* Before the third: the memset, then the one cast into the dropped copy
+     * on the launch stream itself, and waits for the 23 others. */
+    char *before3 = lines_between(log, "cudaGraphLaunch", 2);
+    ck_assert_uint_eq(count_lines_starting(before3, "cudaMemsetAsync "), 1);
+    ck_assert_uint_eq(count_lines_starting(before3, "exec "), 1);
+    ck_assert_msg(strstr(before3, " 3000 1 1 80 1 1 0 4000 ") != NULL, "%s", before3); /* call 2's cast */
+    ck_assert_uint_eq(count_lines_starting(before3, "cuStreamWaitEvent 4000 "), 23);
+    free(before2);
+    free(before3);
+    free(stats);
+    free(log);
+}
+END_TEST
+
+START_TEST(weight_cache_in_a_graph_that_writes_a_weight)
+{
+    learn_block();
+    /* The capture begins with a kernel that may write the fifth instance's
+     * to_qkv weight: the three GEMMs of that weight keep their casts in the
+     * graph (their copy is dropped when captured), the other 33 read copies.
+     * The replay, uncaptured, before the launches makes that copy again;
+     * the launches drop it (the graph may write its source), so the replay
+     * after them makes it once more: 24 + 1 + 1 fills. */
+    t_run.graph = (struct fw_graph_opts){0x3000, 0x4000, 2, 0, 0, 0, fifth_weight() + 4096, 1};
+    char *stats;
+    char *log = replay_with("wc-graph-writes", t_wc_graphs, &stats);
+    memset(&t_run.graph, 0, sizeof(t_run.graph));
+    ck_assert_msg(strstr(stats, "op weight_cache 141 groups run (423 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, " 26 fills, ") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache fallback capturing            3") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "weight_cache graphs: 2 launches of graphs captured under the shim, 0 copies "
+                                "refilled at them") != NULL, "%s", tail_of(stats));
+    char *before2 = lines_between(log, "cudaGraphLaunch", 1);
+    ck_assert_uint_eq(count_lines_starting(before2, "exec "), 0);
+    free(before2);
+    free(stats);
+    free(log);
+}
+END_TEST
+
 static void expect_wc_fallback(const char *const *env, const char *reason)
 {
     char *base = replay_with("base", t_disabled, NULL);
@@ -1201,6 +1293,8 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_drops_a_copy_a_launch_may_write);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_2d_copy_writes);
     tcase_add_test(ops, weight_cache_drops_everything_at_an_nccl_launch);
+    tcase_add_test(ops, weight_cache_in_a_graph_refills_what_was_dropped);
+    tcase_add_test(ops, weight_cache_in_a_graph_that_writes_a_weight);
     tcase_add_test(ops, nothing_is_held_back_without_driver_interposition);
     tcase_add_test(ops, swiglu_and_weight_cache_share_a_group);
     tcase_add_test(ops, switches_choose_the_ops);
