@@ -280,26 +280,26 @@ void h3_graphs_instantiated_at(const void *pexec, const void *graph)
     pthread_mutex_unlock(&h3_g.lock);
 }
 
-void h3_graphs_exec_gone(const void *exec)
+/* Forgets `handle` in one table (destroyed, or changed so that its record no longer holds). */
+static void h3_graphs_forget(struct h3_graph_ref *refs, unsigned *n, const void *handle)
 {
     if (!h3_graphs_on)
         return;
     pthread_mutex_lock(&h3_g.lock);
-    struct h3_graph_ref *e = h3_ref_find(h3_g.execs, h3_g.nexecs, exec);
-    if (e != NULL)
-        h3_ref_remove(h3_g.execs, &h3_g.nexecs, e);
+    struct h3_graph_ref *r = h3_ref_find(refs, *n, handle);
+    if (r != NULL)
+        h3_ref_remove(refs, n, r);
     pthread_mutex_unlock(&h3_g.lock);
+}
+
+void h3_graphs_exec_gone(const void *exec)
+{
+    h3_graphs_forget(h3_g.execs, &h3_g.nexecs, exec);
 }
 
 void h3_graphs_graph_gone(const void *graph)
 {
-    if (!h3_graphs_on)
-        return;
-    pthread_mutex_lock(&h3_g.lock);
-    struct h3_graph_ref *g = h3_ref_find(h3_g.graphs, h3_g.ngraphs, graph);
-    if (g != NULL)
-        h3_ref_remove(h3_g.graphs, &h3_g.ngraphs, g);
-    pthread_mutex_unlock(&h3_g.lock);
+    h3_graphs_forget(h3_g.graphs, &h3_g.ngraphs, graph);
 }
 
 void h3_graphs_graphs_changed(void)
