@@ -662,8 +662,9 @@ void h3_graphs_reset(void);
 
 /* ---- op_weight_cache.c ---- */
 
-/* Drops the cached copies whose source observed call `c` may write. */
-void h3_wcache_observe(const struct h3_call *c);
+/* Drops the cached copies whose source observed call `c` may write; with
+ * graphs, tracks captures and acts at graph launches (noted in c->op_how). */
+void h3_wcache_observe(struct h3_call *c);
 void h3_wcache_print_stats(void (*line)(const char *fmt, ...));
 
 /* ---- kernels.c: the embedded kernels ---- */

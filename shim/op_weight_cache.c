@@ -373,17 +373,20 @@ static void h3_wc_record_word(void *arg, uint64_t v)
  * then drops what it may write.  A graph not captured under the shim may
  * write anything: every copy is dropped.  A graph launched inside a
  * capture adds its record to that capture's. */
-static void h3_wcache_graph_launch(const void *exec, const void *stream)
+static void h3_wcache_graph_launch(struct h3_call *c)
 {
+    const void *exec = c->u.sync.graph_exec, *stream = c->stream;
     struct h3_grec *outer = h3_stream_capturing(stream) ? h3_graphs_capture_lock(stream) : NULL;
     if (outer != NULL) {
         h3_graphs_unlock();
         h3_graphs_merge_exec(stream, exec);
+        c->op_how = "weight_cache_graph_in_capture";
         return;
     }
     struct h3_grec *rec = h3_graphs_exec_lock(exec);
     if (rec == NULL) {
         h3_wc_drop(0, UINT64_MAX);
+        c->op_how = "weight_cache_graph_unknown"; /* every copy dropped */
         return;
     }
     pthread_mutex_lock(&h3_wc.lock);
@@ -404,6 +407,7 @@ static void h3_wcache_graph_launch(const void *exec, const void *stream)
         h3_wc_bounds();
     pthread_mutex_unlock(&h3_wc.lock);
     atomic_fetch_add_explicit(&h3_wc.graph_launches, 1, memory_order_relaxed);
+    c->op_how = filled ? "weight_cache_graph_refilled" : "weight_cache_graph_known";
     if (rec->all) {
         h3_wc_drop(0, UINT64_MAX);
     } else {
@@ -415,7 +419,7 @@ static void h3_wcache_graph_launch(const void *exec, const void *stream)
     h3_graphs_unlock();
 }
 
-void h3_wcache_observe(const struct h3_call *c)
+void h3_wcache_observe(struct h3_call *c)
 {
     if (h3_graphs_on) {
         switch (c->fn) {
@@ -439,7 +443,7 @@ void h3_wcache_observe(const struct h3_call *c)
         case H3_FN_cudaGraphLaunch_ptsz:
         case H3_FN_cuGraphLaunch:
         case H3_FN_cuGraphLaunch_ptsz:
-            h3_wcache_graph_launch(c->u.sync.graph_exec, c->stream);
+            h3_wcache_graph_launch(c);
             return;
         default:
             break;

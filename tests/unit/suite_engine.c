@@ -1124,9 +1124,18 @@ START_TEST(weight_cache_in_a_graph_refills_what_was_dropped)
      * launched three times on 0x4000, the fifth instance's to_qkv weight
      * written before the third launch; then a graph never captured. */
     t_run.graph = (struct fw_graph_opts){0x3000, 0x4000, 3, 3, fifth_weight(), 1, 0, 0};
+    t_run.trace = t_path("trace-wc-graph.jsonl");
     char *stats;
     char *log = replay_with("wc-graph", t_wc_graphs, &stats);
     memset(&t_run.graph, 0, sizeof(t_run.graph));
+    /* The trace says what happened at each launch. */
+    char *trace = t_read_file(t_run.trace, NULL);
+    t_run.trace = NULL;
+    ck_assert(trace != NULL);
+    ck_assert_uint_eq(t_count(trace, "\"op_how\":\"weight_cache_graph_known\""), 2);
+    ck_assert_uint_eq(t_count(trace, "\"op_how\":\"weight_cache_graph_refilled\""), 1);
+    ck_assert_uint_eq(t_count(trace, "\"op_how\":\"weight_cache_graph_unknown\""), 1);
+    free(trace);
     /* Every GEMM of the capture read a copy: 36 groups eagerly, 36 captured. */
     ck_assert_msg(strstr(stats, "op weight_cache 72 groups run (216 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op weight_cache fallback") == NULL, "%s", tail_of(stats));
