@@ -781,5 +781,7 @@ void h3_engine_after_fork_child(void)
         atomic_store(&q->in_use, q == h3_queue); /* the other threads are not in the child */
     }
     atomic_store(&h3_holding, 0);
+    h3_wcache_after_fork_child();
+    h3_graphs_after_fork_child();
     h3_engine_reset();
 }

@@ -356,3 +356,8 @@ void h3_graphs_merge_exec(const void *stream, const void *exec)
     }
     pthread_mutex_unlock(&h3_g.lock);
 }
+
+void h3_graphs_after_fork_child(void)
+{
+    pthread_mutex_init(&h3_g.lock, NULL);
+}

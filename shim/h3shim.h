@@ -659,6 +659,8 @@ void h3_graphs_graphs_changed(void);
 /* Whether tracking is on (H3SHIM_WEIGHT_CACHE_GRAPHS=1 and weight_cache enabled). */
 extern bool h3_graphs_on;
 void h3_graphs_reset(void);
+/* In a fork child: the lock may have been held by a thread the child lacks. */
+void h3_graphs_after_fork_child(void);
 
 /* ---- op_weight_cache.c ---- */
 
@@ -666,6 +668,8 @@ void h3_graphs_reset(void);
  * graphs, tracks captures and acts at graph launches (noted in c->op_how). */
 void h3_wcache_observe(struct h3_call *c);
 void h3_wcache_print_stats(void (*line)(const char *fmt, ...));
+/* In a fork child: the cache's lock may have been held by a thread the child lacks. */
+void h3_wcache_after_fork_child(void);
 
 /* ---- kernels.c: the embedded kernels ---- */
 

@@ -641,6 +641,11 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     return NULL;
 }
 
+void h3_wcache_after_fork_child(void)
+{
+    pthread_mutex_init(&h3_wc.lock, NULL);
+}
+
 void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
 {
     pthread_mutex_lock(&h3_wc.lock);
