@@ -191,29 +191,35 @@ FAKE_EXPORT uint64_t fake_capture_begin(uintptr_t stream)
     return id;
 }
 
+/* The slot capturing `stream`, or -1. Locked. */
+static int fake_capture_slot(uintptr_t stream)
+{
+    for (int i = 0; i < 8; i++)
+        if (fake_captures[i].id != 0 && fake_captures[i].stream == stream)
+            return i;
+    return -1;
+}
+
 FAKE_EXPORT int fake_capture_status(uintptr_t stream, uint64_t *id)
 {
-    int found = 0;
     pthread_mutex_lock(&fake_capture_lock);
-    for (int i = 0; i < 8 && !found; i++)
-        if (fake_captures[i].id != 0 && fake_captures[i].stream == stream)
-            found = 1, *id = fake_captures[i].id;
+    int i = fake_capture_slot(stream);
+    if (i >= 0)
+        *id = fake_captures[i].id;
     pthread_mutex_unlock(&fake_capture_lock);
-    return found;
+    return i >= 0;
 }
 
 FAKE_EXPORT int fake_capture_end(uintptr_t stream, uintptr_t *graph)
 {
-    int found = 0;
     pthread_mutex_lock(&fake_capture_lock);
-    for (int i = 0; i < 8 && !found; i++)
-        if (fake_captures[i].id != 0 && fake_captures[i].stream == stream) {
-            found = 1;
-            *graph = fake_capture_graph(fake_captures[i].id);
-            fake_captures[i].id = 0;
-        }
+    int i = fake_capture_slot(stream);
+    if (i >= 0) {
+        *graph = fake_capture_graph(fake_captures[i].id);
+        fake_captures[i].id = 0;
+    }
     pthread_mutex_unlock(&fake_capture_lock);
-    return found;
+    return i >= 0;
 }
 
 FAKE_EXPORT uintptr_t fake_exec_new(void)
