@@ -52,8 +52,7 @@ struct h3_wc_entry {
     CUdeviceptr dst; /* FP16 copy */
     bool valid;
     /* With graphs (H3SHIM_WEIGHT_CACHE_GRAPHS=1) only: */
-    bool filled;             /* the recipe is set */
-    struct h3_wc_recipe recipe;
+    struct h3_wc_recipe recipe; /* handle NULL until the first fill (a valid copy has one) */
     const void *fill_stream; /* where the last fill was issued */
     CUevent event;           /* recorded after it (NULL: none could be made) */
 };
@@ -263,7 +262,6 @@ static void h3_wc_fill(struct h3_wc_entry *e, const struct h3_deferred *d)
     memcpy(r->n, d->argv[0], sizeof(r->n));
     memcpy(r->functor, d->argv[1], sizeof(r->functor));
     memcpy(r->data, d->argv[2], sizeof(r->data));
-    e->filled = true;
     h3_wc_issue_recipe(e, d->stream);
 }
 
@@ -273,7 +271,7 @@ static struct h3_wc_entry *h3_wc_valid_any(uint64_t src, uint64_t n, const void 
     struct h3_wc_entry *found = NULL;
     for (unsigned p = h3_wc_lower_bound(src); p < h3_wc.n && h3_wc.e[h3_wc.order[p]].src == src; p++) {
         struct h3_wc_entry *e = &h3_wc.e[h3_wc.order[p]];
-        if (e->n == n && e->valid && e->filled && (found == NULL || e->stream == stream))
+        if (e->n == n && e->valid && (found == NULL || e->stream == stream))
             found = e;
     }
     return found;
@@ -288,7 +286,10 @@ struct h3_wc_sink {
 
 /* Tells `k` what call `c` may write (its launch parameters' words, its
  * library outputs, its copy or memset destination, a free's allocation). */
-static void h3_wc_each_write(const struct h3_call *c, const struct h3_wc_sink *k)
+/* Inlined, so that at each call the sink is a constant (no indirect call per
+ * launch parameter word on the hot path). */
+static inline __attribute__((always_inline)) void h3_wc_each_write(const struct h3_call *c,
+                                                                   const struct h3_wc_sink *k)
 {
     const struct h3_hook_info *hk = &h3_hooks[c->fn];
     if (hk->kind == H3_KIND_SYNC) {
@@ -376,7 +377,7 @@ static void h3_wc_record_word(void *arg, uint64_t v)
 static void h3_wcache_graph_launch(struct h3_call *c)
 {
     const void *exec = c->u.sync.graph_exec, *stream = c->stream;
-    struct h3_grec *outer = h3_stream_capturing(stream) ? h3_graphs_capture_lock(stream) : NULL;
+    struct h3_grec *outer = h3_graphs_capture_lock(stream);
     if (outer != NULL) {
         h3_graphs_unlock();
         h3_graphs_merge_exec(stream, exec);
@@ -393,7 +394,7 @@ static void h3_wcache_graph_launch(struct h3_call *c)
     bool every = rec->nreads == UINT32_MAX, filled = false;
     for (uint32_t i = 0; i < (every ? h3_wc.n : rec->nreads); i++) {
         struct h3_wc_entry *e = &h3_wc.e[every ? i : rec->reads[i]];
-        if (!e->filled)
+        if (e->recipe.handle == NULL) /* never filled: nothing to refill it with */
             continue;
         if (!e->valid) {
             h3_wc_issue_recipe(e, stream);
@@ -586,7 +587,7 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
         return why;
     __typeof__(&cublasLtMatmul) matmul = h3_real_fn(H3_FN_cublasLtMatmul);
     __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
-    struct h3_grec *rec = h3_stream_capturing(x.stream) ? h3_graphs_capture_lock(x.stream) : NULL;
+    struct h3_grec *rec = h3_graphs_capture_lock(x.stream); /* NULL at once unless a capture is on */
     /* Held while refilling: a thread that finds a copy valid finds its
      * refill already issued (threads may share a stream). */
     pthread_mutex_lock(&h3_wc.lock);

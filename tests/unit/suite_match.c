@@ -40,19 +40,28 @@ static void setup_env(const char *trace)
     free(sigs);
 }
 
-START_TEST(every_recorded_block_is_recognised)
+/* Replays `replay_file` with matching on; checks that `blocks` block
+ * instances were recognised whole; returns the trace and the calls made. */
+static char *recognised_in(const char *replay_file, unsigned blocks, long *calls)
 {
     char *trace = t_path("trace.jsonl");
     setup_env(trace);
-    char *path = t_repo_path(T_REPLAY);
-    long calls = replay(path);
+    char *path = t_repo_path(replay_file);
+    *calls = replay(path);
     char *text = t_read_file(trace, NULL);
+    ck_assert_uint_eq(t_count(text, "\"reason\":\"group_complete\""), blocks);
+    ck_assert_uint_eq(t_count(text, "\"reason\":\"group_call\""), blocks * 41);
+    free(path);
+    return text;
+}
+
+START_TEST(every_recorded_block_is_recognised)
+{
+    long calls;
+    char *text = recognised_in(T_REPLAY, T_INSTANCES, &calls);
     ck_assert_uint_eq(t_count_lines(text), (size_t)calls);
-    ck_assert_uint_eq(t_count(text, "\"reason\":\"group_complete\""), T_INSTANCES);
-    ck_assert_uint_eq(t_count(text, "\"reason\":\"group_call\""), T_INSTANCES * 41);
     ck_assert_uint_eq(t_count(text, "\"group_call\":41"), T_INSTANCES);
     free(text);
-    free(path);
 }
 END_TEST
 
@@ -60,28 +69,17 @@ END_TEST
  * the captureless functors' byte (01 on cuda:1, 00 when recorded) and the
  * closure's tail word (a 0x7f... address in a second thread).  Before the
  * recorder masked them, neither process recognised a block. */
-static void recognised_in(const char *replay_file, unsigned blocks)
-{
-    char *trace = t_path("trace.jsonl");
-    setup_env(trace);
-    char *path = t_repo_path(replay_file);
-    replay(path);
-    char *text = t_read_file(trace, NULL);
-    ck_assert_uint_eq(t_count(text, "\"reason\":\"group_complete\""), blocks);
-    ck_assert_uint_eq(t_count(text, "\"reason\":\"group_call\""), blocks * 41);
-    free(text);
-    free(path);
-}
-
 START_TEST(blocks_on_a_second_gpu_are_recognised)
 {
-    recognised_in("build/tests/h3-block1-cuda1-replay.txt", 2); /* two calls of a one-block model */
+    long calls;
+    free(recognised_in("build/tests/h3-block1-cuda1-replay.txt", 2, &calls)); /* two calls of a one-block model */
 }
 END_TEST
 
 START_TEST(blocks_in_a_second_thread_are_recognised)
 {
-    recognised_in("build/tests/h3-block1-thread-replay.txt", 4); /* two in the main thread, two in another */
+    long calls;
+    free(recognised_in("build/tests/h3-block1-thread-replay.txt", 4, &calls)); /* two in the main thread, two in another */
 }
 END_TEST
 
