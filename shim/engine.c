@@ -714,7 +714,7 @@ void h3_engine_setup(void)
     h3_groups_build();
     for (unsigned i = 0; i < h3_ngroups; i++)
         h3_engine_on |= h3_groups[i].nranges > 0;
-    h3_graphs_on = h3_engine_on && h3_config.weight_cache_graphs && h3_op_enabled(&h3_op_weight_cache);
+    h3_graphs_on = h3_engine_on && h3_wcache_graphs_switch() != 0 && h3_op_enabled(&h3_op_weight_cache);
 }
 
 /* "plan MODEL/GROUP: op NAME takes calls 0,3" (", and the library call N" when anchored). */

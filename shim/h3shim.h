@@ -88,7 +88,7 @@ struct h3_config {
     const char *op_norm_cast;
     const char *op_residual_norm;
     const char *op_qk_norm_rope;
-    bool weight_cache_graphs;
+    const char *weight_cache_graphs;
     long weight_cache_max_mb;
     long weight_cache_min_free_pct;
     const char *sm_allow;
@@ -656,7 +656,8 @@ void h3_graphs_instantiated_at(const void *pexec, const void *graph);
 void h3_graphs_exec_gone(const void *exec);
 void h3_graphs_graph_gone(const void *graph);
 void h3_graphs_graphs_changed(void);
-/* Whether tracking is on (H3SHIM_WEIGHT_CACHE_GRAPHS=1 and weight_cache enabled). */
+/* Whether tracking is on (weight_cache enabled and H3SHIM_WEIGHT_CACHE_GRAPHS
+ * not 0; a captured GEMM reads copies only where h3_wcache_graphs_here). */
 extern bool h3_graphs_on;
 void h3_graphs_reset(void);
 /* In a fork child: the lock may have been held by a thread the child lacks. */
@@ -668,6 +669,8 @@ void h3_graphs_after_fork_child(void);
  * graphs, tracks captures and acts at graph launches (noted in c->op_how). */
 void h3_wcache_observe(struct h3_call *c);
 void h3_wcache_print_stats(void (*line)(const char *fmt, ...));
+/* H3SHIM_WEIGHT_CACHE_GRAPHS: 1, 0, or -1 when unset (a bad value warns and counts as unset). */
+int h3_wcache_graphs_switch(void);
 /* In a fork child: the cache's lock may have been held by a thread the child lacks. */
 void h3_wcache_after_fork_child(void);
 

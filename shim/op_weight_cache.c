@@ -18,8 +18,9 @@
  *   - Copies are per stream, so a copy made on one stream is never read on
  *     another before it is complete.
  *   - Under stream capture the op falls back (a replayed graph would read
- *     the cache with no invalidation reaching it), unless
- *     H3SHIM_WEIGHT_CACHE_GRAPHS=1: then a captured GEMM reads a copy that is
+ *     the cache with no invalidation reaching it), unless graph mode is on
+ *     (H3SHIM_WEIGHT_CACHE_GRAPHS=1, or unset on an SM where it is
+ *     validated): then a captured GEMM reads a copy that is
  *     valid when captured, and every launch of a graph captured under the
  *     shim (graphs.c) first refills on its stream the copies it reads that
  *     were dropped, then drops what the graph's own calls may write; a graph
@@ -34,6 +35,8 @@
 #include <string.h>
 
 static const int h3_wc_validated[] = {90}; /* tests/evidence/2026-11-29-nvidia-h200-weight-cache.md */
+/* Where captured GEMMs read the copies by default: tests/evidence/2026-11-30-nvidia-h200-full-decode-graphs.md */
+static const int h3_wc_graphs_validated[] = {90};
 
 #define H3_WC_MAX 4096
 
@@ -51,7 +54,7 @@ struct h3_wc_entry {
     const void *stream;
     CUdeviceptr dst; /* FP16 copy */
     bool valid;
-    /* With graphs (H3SHIM_WEIGHT_CACHE_GRAPHS=1) only: */
+    /* With graphs (h3_graphs_on) only: */
     struct h3_wc_recipe recipe; /* handle NULL until the first fill (a valid copy has one) */
     const void *fill_stream; /* where the last fill was issued */
     CUevent event;           /* recorded after it (NULL: none could be made) */
@@ -67,7 +70,7 @@ static struct {
     unsigned order[H3_WC_MAX]; /* entry indices by source address */
     uint64_t maxlen;  /* the longest source, in bytes */
     atomic_ulong hits, fills, drops;
-    atomic_ulong graph_launches, graph_refills; /* H3SHIM_WEIGHT_CACHE_GRAPHS=1 */
+    atomic_ulong graph_launches, graph_refills; /* with graphs */
 } h3_wc = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Per signature, which calls are casts that the op replaces (they read a
@@ -532,6 +535,30 @@ static const char *h3_wc_read(const struct h3_op_range *r, const struct h3_defer
     return x->n_w <= 0 || x->n_b <= 0 ? "empty" : NULL;
 }
 
+int h3_wcache_graphs_switch(void)
+{
+    const char *v = h3_config.weight_cache_graphs;
+    if (v == NULL || *v == '\0')
+        return -1;
+    if (strcmp(v, "1") == 0 || strcmp(v, "0") == 0)
+        return v[0] == '1';
+    H3_WARN_ONCE(H3_SUB_CONFIG, "H3SHIM_WEIGHT_CACHE_GRAPHS=%s: expected 0 or 1; on where validated", v);
+    return -1;
+}
+
+/* Whether a GEMM captured on the current device may read the copies:
+ * asked for, or on by default on an SM where that is validated. */
+static bool h3_wcache_graphs_here(void)
+{
+    if (h3_wcache_graphs_switch() == 1)
+        return true;
+    int sm = h3_kernels_sm();
+    for (unsigned i = 0; i < H3_ARRAY_LEN(h3_wc_graphs_validated); i++)
+        if (h3_wc_graphs_validated[i] == sm)
+            return true;
+    return false;
+}
+
 /* Everything that can make the op fall back, before the group is issued:
  * the copies exist (made now if new) and the GEMM's bias attribute points
  * at the bias copy (it takes effect at the call; restored by run). */
@@ -544,6 +571,8 @@ static const char *h3_wc_check(const struct h3_op_range *r, const struct h3_defe
     __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
     if (h3_stream_capturing(x.stream)) {
         /* With graphs: copies made before the capture, read by the graph. */
+        if (!h3_wcache_graphs_here())
+            return "capturing";
         struct h3_grec *rec = h3_graphs_capture_lock(x.stream);
         if (rec == NULL)
             return "capturing";

@@ -55,8 +55,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"))
     ap.add_argument("--arms", default="A,S,G,SG,R,RG",
-                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG,WG (A always runs; O and OG: H3SHIM_OPS=--ops; "
-                         "WG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1, CUDA graphs)")
+                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG,WG,NG (A always runs; O and OG: H3SHIM_OPS=--ops; "
+                         "WG and NG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1 and =0, CUDA graphs)")
     ap.add_argument("--ops", default="swiglu", help="H3SHIM_OPS of arms O and OG")
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
     ap.add_argument("--shim-b", help="another build of the shim: arm P runs it eager with H3SHIM_OPS=--ops, "
@@ -67,7 +67,8 @@ def main():
     arms = {"A": (None, False, {}), "S": (a.shim, False, {}), "G": (None, True, {}), "SG": (a.shim, True, {}),
             "R": (a.shim, False, replay), "RG": (a.shim, True, replay),
             "O": (a.shim, False, ops), "OG": (a.shim, True, ops), "P": (a.shim_b, False, ops),
-            "WG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "1"})}
+            "WG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "1"}),
+            "NG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "0"})}
     wanted = set(a.arms.split(","))
     graphs_wanted = any(arms[k][1] for k in wanted if k in arms)  # G: the graph arms' reference
     arms = {k: v for k, v in arms.items()
@@ -137,7 +138,9 @@ def main():
              f"and replays every group; O/OG: H3SHIM_OPS={a.ops}"
              + (f"; P: the same ops with the shim build {a.shim_b}" if a.shim_b else "")
              + ("; WG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1 (weight_cache inside the captures)"
-                if "WG" in result["arms"] else "") + ".", "",
+                if "WG" in result["arms"] else "")
+             + ("; NG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=0 (weight_cache falls back inside the captures)"
+                if "NG" in result["arms"] else "") + ".", "",
              "| arm | shim | CUDA graphs | ViT calls | output | bitwise = A | median ms/request | speed-up "
              "| GPU memory used, MiB (PyTorch peak reserved) |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -11,8 +11,9 @@
 #   decode     full_decode.py: A, G and the defaults S, SG, 3 rounds; per request
 #              latency and host time, so host-bound requests show (4 min)
 #   quick      full_decode.py on the quick latent, defaults, 1 round (1 min)
-#   graphs     H3SHIM_WEIGHT_CACHE_GRAPHS=1: test_weight_cache.py --graphs, then the
-#              quick and the full decode with arms SG and WG (5 min)
+#   graphs     weight_cache inside captures: test_weight_cache.py --graphs, then the
+#              quick and the full decode with arms SG (the defaults) and NG
+#              (H3SHIM_WEIGHT_CACHE_GRAPHS=0) (5 min)
 #   variants threads children compiled workloads nccl
 #              robust.py's items, 2 rounds (workloads: 5 rounds)     (1-5 min)
 # The archive is $OUT/session.tgz when OUT is set, else build/session.tgz; the
@@ -52,8 +53,8 @@ for step in "${steps[@]}"; do
         workloads) run workloads 420 python3 tests/gpu/robust.py --items workloads --rounds 5 --tag=-workloads ;;
         graphs)
             run graphs-weights 150 python3 tests/gpu/test_weight_cache.py --graphs
-            run graphs-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms SG,WG --rounds 1 --tag=-quick-graphs
-            run graphs-decode 300 python3 tests/gpu/full_decode.py --arms SG,WG --rounds 2 --tag=-graphs ;;
+            run graphs-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms SG,NG --rounds 1 --tag=-quick-graphs
+            run graphs-decode 300 python3 tests/gpu/full_decode.py --arms SG,NG --rounds 2 --tag=-graphs ;;
         variants|threads|children|compiled|nccl)
             run "$step" 300 python3 tests/gpu/robust.py --items "$step" --rounds 2 --tag="-$step" ;;
         *) echo "session.sh: unknown step '$step'" >&2; status=2 ;;
