@@ -22,7 +22,12 @@
  *
  * each product and sum in FP32 as PyTorch's Half MulFunctor, neg and add
  * compute them, and the concatenations copying bits.  One half-warp per row;
- * 16 rows per 256-thread block.
+ * 16 rows per 256-thread block; each lane holds 4 consecutive elements.
+ *
+ * h3_qk_norm_rope_f16x4 is the same with each lane's 4 elements loaded and
+ * stored as one vector (8 bytes of FP16, 16 of FP32); the op uses it when
+ * every pointer and stride allows that.  Both instantiate h3_qk_row, so they
+ * compute the same values.
  */
 #include <cuda_fp16.h>
 
@@ -47,19 +52,52 @@ __device__ static inline unsigned short h3_h(float v)
     return __half_as_ushort(__float2half_rn(v));
 }
 
-__device__ static inline void h3_put16(void *base, long long i, unsigned short v)
+/* Stores the 4 values of one lane at element i of an output (none when
+ * base is NULL): one by one, or as one vector. */
+template <bool Wide>
+__device__ static inline void h3_put16x4(void *base, long long i, const unsigned short v[4])
 {
-    if (base != nullptr)
-        reinterpret_cast<unsigned short *>(base)[i] = v;
+    if (base == nullptr)
+        return;
+    unsigned short *p = reinterpret_cast<unsigned short *>(base) + i;
+    if (Wide) {
+        *reinterpret_cast<uint2 *>(p) = make_uint2(v[0] | (unsigned)v[1] << 16, v[2] | (unsigned)v[3] << 16);
+    } else {
+        for (int k = 0; k < 4; k++)
+            p[k] = v[k];
+    }
 }
 
-__device__ static inline void h3_put32(void *base, long long i, float v)
+template <bool Wide>
+__device__ static inline void h3_put32x4(void *base, long long i, const float v[4])
 {
-    if (base != nullptr)
-        reinterpret_cast<float *>(base)[i] = v;
+    if (base == nullptr)
+        return;
+    float *p = reinterpret_cast<float *>(base) + i;
+    if (Wide) {
+        *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+        for (int k = 0; k < 4; k++)
+            p[k] = v[k];
+    }
 }
 
-extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_f16(const struct h3_qk_params p)
+/* The 4 FP16 values at p, as bits. */
+template <bool Wide>
+__device__ static inline void h3_get16x4(const __half *p, unsigned short v[4])
+{
+    if (Wide) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(p);
+        v[0] = (unsigned short)u.x, v[1] = (unsigned short)(u.x >> 16);
+        v[2] = (unsigned short)u.y, v[3] = (unsigned short)(u.y >> 16);
+    } else {
+        for (int k = 0; k < 4; k++)
+            v[k] = h3_bits(p[k]);
+    }
+}
+
+template <bool Wide>
+__device__ static inline void h3_qk_row(const struct h3_qk_params &p)
 {
     const long long row = (long long)blockIdx.x * 16 + threadIdx.x / 16;
     const unsigned lane = threadIdx.x % 16;
@@ -73,9 +111,11 @@ extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_f16(const stru
                       (long long)head * 3 * H3_QK_DIM + which * H3_QK_DIM;
     const struct h3_qk_side o = p.side[which];
 
+    unsigned short xb[4];
+    h3_get16x4<Wide>(x + 4 * lane, xb);
     float v[4];
     for (int i = 0; i < 4; i++)
-        v[i] = __half2float(x[4 * lane + i]);
+        v[i] = h3_f(xb[i]);
     float s = 0.0f;
     for (int i = 0; i < 4; i++)
         s = __fmaf_rn(v[i], v[i], s);
@@ -98,29 +138,42 @@ extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_f16(const stru
     }
     if (!live)
         return;
-    const __half *c = reinterpret_cast<const __half *>(p.cosv) + token * p.cs_stride;
-    const __half *sn = reinterpret_cast<const __half *>(p.sinv) + token * p.cs_stride;
-    if (lane == 0)
-        h3_put32(o.rstd, hr, rstd);
-    for (int i = 0; i < 4; i++) {
-        const int d = 4 * (int)lane + i;
-        h3_put32(o.f32, hr * H3_QK_DIM + d, v[i]);
-        h3_put32(o.y, hr * H3_QK_DIM + d, y[i]);
-        h3_put16(o.n16, hr * H3_QK_DIM + d, n[i]);
-        unsigned short out = n[i];
-        if (d < H3_QK_ROPE) {
-            unsigned short a = h3_h(__fmul_rn(h3_f(n[i]), __half2float(c[d])));
+    if (lane == 0 && o.rstd != nullptr)
+        reinterpret_cast<float *>(o.rstd)[hr] = rstd;
+    const long long at = hr * H3_QK_DIM + 4 * lane;
+    h3_put32x4<Wide>(o.f32, at, v);
+    h3_put32x4<Wide>(o.y, at, y);
+    h3_put16x4<Wide>(o.n16, at, n);
+    unsigned short out[4] = {n[0], n[1], n[2], n[3]};
+    if (4 * lane < H3_QK_ROPE) { /* lanes 0-11: all 4 elements are rotated */
+        unsigned short cb[4], sb[4], a[4], rot[4], b[4];
+        h3_get16x4<Wide>(reinterpret_cast<const __half *>(p.cosv) + token * p.cs_stride + 4 * lane, cb);
+        h3_get16x4<Wide>(reinterpret_cast<const __half *>(p.sinv) + token * p.cs_stride + 4 * lane, sb);
+        for (int i = 0; i < 4; i++) {
+            const int d = 4 * (int)lane + i;
+            a[i] = h3_h(__fmul_rn(h3_f(n[i]), h3_f(cb[i])));
             /* PyTorch's Half neg is c10::Half's unary minus: __hneg on the GPU. */
-            unsigned short rot = d < H3_QK_HALF ? h3_bits(__hneg(__ushort_as_half(up[i]))) : down[i];
-            unsigned short b = h3_h(__fmul_rn(h3_f(rot), __half2float(sn[d])));
-            out = h3_h(__fadd_rn(h3_f(a), h3_f(b)));
-            if (d < H3_QK_HALF)
-                h3_put16(o.neg, hr * H3_QK_HALF + d, rot);
-            h3_put16(o.a, hr * H3_QK_ROPE + d, a);
-            h3_put16(o.rot, hr * H3_QK_ROPE + d, rot);
-            h3_put16(o.b, hr * H3_QK_ROPE + d, b);
-            h3_put16(o.sum, hr * H3_QK_ROPE + d, out);
+            rot[i] = d < H3_QK_HALF ? h3_bits(__hneg(__ushort_as_half(up[i]))) : down[i];
+            b[i] = h3_h(__fmul_rn(h3_f(rot[i]), h3_f(sb[i])));
+            out[i] = h3_h(__fadd_rn(h3_f(a[i]), h3_f(b[i])));
         }
-        h3_put16(o.out, hr * H3_QK_DIM + d, out);
+        const long long at48 = hr * H3_QK_ROPE + 4 * lane;
+        if (4 * lane < H3_QK_HALF) /* lanes 0-5 */
+            h3_put16x4<Wide>(o.neg, hr * H3_QK_HALF + 4 * lane, rot);
+        h3_put16x4<Wide>(o.a, at48, a);
+        h3_put16x4<Wide>(o.rot, at48, rot);
+        h3_put16x4<Wide>(o.b, at48, b);
+        h3_put16x4<Wide>(o.sum, at48, out);
     }
+    h3_put16x4<Wide>(o.out, at, out);
+}
+
+extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_f16(const struct h3_qk_params p)
+{
+    h3_qk_row<false>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_f16x4(const struct h3_qk_params p)
+{
+    h3_qk_row<true>(p);
 }

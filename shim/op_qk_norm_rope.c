@@ -239,6 +239,21 @@ static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struc
     return true;
 }
 
+/* Whether every lane's 4 elements can be loaded and stored as one vector:
+ * 8-byte FP16 and 16-byte FP32 rows (h3_qk_norm_rope_f16x4). */
+static bool h3_qk_wide(const struct h3_qk_params *p)
+{
+    uint64_t misaligned = (uint64_t)(uintptr_t)p->qkv % 8 | (uint64_t)p->token_stride % 4 |
+                          (uint64_t)(uintptr_t)p->cosv % 8 | (uint64_t)(uintptr_t)p->sinv % 8 |
+                          (uint64_t)p->cs_stride % 4;
+    for (unsigned side = 0; side < 2; side++) {
+        void *const *f = (void *const *)&p->side[side];
+        for (unsigned k = 0; k < 10; k++) /* f32 and y (0, 1) in FP32, rstd (2) one float per row */
+            misaligned |= k == 2 ? 0 : (uint64_t)(uintptr_t)f[k] % (k < 2 ? 16 : 8);
+    }
+    return misaligned == 0;
+}
+
 static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     (void)anchor;
@@ -274,7 +289,8 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
     p.eps = eps;
     void *args[] = {&p};
     const unsigned grid[3] = {(unsigned)((2 * rows + 15) / 16), 1, 1}, block[3] = {256, 1, 1};
-    return h3_kernels_launch("h3_qk_norm_rope_f16", &calls[0], grid, block, args);
+    return h3_kernels_launch(h3_qk_wide(&p) ? "h3_qk_norm_rope_f16x4" : "h3_qk_norm_rope_f16", &calls[0], grid,
+                             block, args);
 }
 
 const struct h3_op h3_op_qk_norm_rope = {

@@ -10,7 +10,8 @@
  * wiring) is in the signature's compared bytes and references, so a matched
  * group has exactly that layout; only the pointers change, and they are read
  * from the held-back launches' parameters.
- * Writes both the silu output and the product, as the unfused launches do.
+ * Writes both the silu output and the product, as the unfused launches do,
+ * eight elements per thread where the pointers and strides allow it.
  */
 #include "h3shim.h"
 
@@ -84,12 +85,14 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     if (h3_spans_overlap(o_silu, o_mul) || h3_spans_overlap(o_silu, in) || h3_spans_overlap(o_mul, in))
         return "aliased";
     void *args[] = {&gate, &up, &stride, &silu_out, &out, &rows, &width};
-    long long n = rows * width;
+    /* Eight elements per thread where every access can be 16 bytes wide. */
+    const bool wide = width % 8 == 0 && stride % 8 == 0 && (gate | up | silu_out | out) % 16 == 0;
+    long long n = wide ? rows * width / 8 : rows * width;
     unsigned threads = 256, blocks = (unsigned)((n + threads - 1) / threads);
-    if (blocks > 132u * 32u)
-        blocks = 132u * 32u;
+    if (blocks > (wide ? 132u * 64u : 132u * 32u))
+        blocks = wide ? 132u * 64u : 132u * 32u;
     const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
-    return h3_kernels_launch("h3_swiglu_f16", silu, grid, block, args);
+    return h3_kernels_launch(wide ? "h3_swiglu_f16x8" : "h3_swiglu_f16", silu, grid, block, args);
 }
 
 const struct h3_op h3_op_swiglu = {

@@ -18,7 +18,7 @@
  * that was held back and issued later passes a copy of the parameters).
  */
 /* The kernels of the fake module (see cuModuleLoadData below). */
-static struct fake_kernel fake_module_kernels[4];
+static struct fake_kernel fake_module_kernels[6];
 
 static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream stream, void **params)
@@ -26,7 +26,8 @@ static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, u
     struct fake_kernel *k = fake_kernel_lookup(handle);
     if (k == NULL)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (k >= fake_module_kernels && k < fake_module_kernels + 4 && getenv("FAKE_LAUNCH_FAIL") != NULL)
+    const size_t nmodule = sizeof(fake_module_kernels) / sizeof(fake_module_kernels[0]);
+    if (k >= fake_module_kernels && k < fake_module_kernels + nmodule && getenv("FAKE_LAUNCH_FAIL") != NULL)
         return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     uint64_t h = 0xcbf29ce484222325ull;
     for (unsigned i = 0; i < k->nparams && params != NULL; i++)
@@ -128,14 +129,15 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
 /*
  * Modules: any image loads (unless FAKE_MODULE_FAIL is set) and holds the
  * fused ops' kernels as fake kernels (none while FAKE_NO_KERNEL is set; their
- * launches fail while FAKE_LAUNCH_FAIL is set).  h3_swiglu_f16 logs an entry
+ * launches fail while FAKE_LAUNCH_FAIL is set).  h3_swiglu_f16 (and its
+ * eight-wide h3_swiglu_f16x8) logs an entry
  * "swiglu_check" with 1 when its arguments have the H3 block's layout (the up
  * half 8192 elements after the gate, rows of 16384, 1797 rows of 8192);
  * h3_rmsnorm_f32 logs "rmsnorm_check" with 1 when its arguments are the H3
  * block's norm (rows of 2048, eps 1e-5, a weight, all three outputs);
  * h3_residual_rmsnorm_f32 logs "residual_check" likewise (b16 rows of 2048
  * too, the inputs and h' set) and a bit per output left unwritten (p, y,
- * rstd, y16); h3_qk_norm_rope_f16 logs "qk_check" when
+ * rstd, y16); h3_qk_norm_rope_f16 (and h3_qk_norm_rope_f16x4) logs "qk_check" when
  * its parameter block is the H3 block's (1797 tokens of 32 heads, what
  * attention reads set, q's rstd not, whose buffer the trace gives to k's).
  */
@@ -242,6 +244,8 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
     fake_kernel_init(&fake_module_kernels[2], "h3_residual_rmsnorm_f32", 12, residual_sizes, fake_residual);
     static const size_t qk_sizes[1] = {sizeof(struct h3_qk_params)};
     fake_kernel_init(&fake_module_kernels[3], "h3_qk_norm_rope_f16", 1, qk_sizes, fake_qk);
+    fake_kernel_init(&fake_module_kernels[4], "h3_swiglu_f16x8", 7, sizes, fake_swiglu);
+    fake_kernel_init(&fake_module_kernels[5], "h3_qk_norm_rope_f16x4", 1, qk_sizes, fake_qk);
     *mod = (CUmodule)fake_module_kernels;
     return CUDA_SUCCESS;
 }

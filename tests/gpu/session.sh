@@ -7,13 +7,17 @@
 #   tests/gpu/session.sh [STEP...]     (default: decode threads variants)
 #
 # Steps (about how long each takes on an H200):
-#   kernels    each kernel's test against PyTorch, and weight_cache's (3-4 min)
+#   kernels    each kernel's test against PyTorch, and weight_cache's (3-4 min);
+#              kernel-NAME runs one of them (tests/gpu/test_NAME.py)
 #   decode     full_decode.py: A, G and the defaults S, SG, 3 rounds; per request
 #              latency and host time, so host-bound requests show (4 min)
 #   quick      full_decode.py on the quick latent, defaults, 1 round (1 min)
 #   graphs     weight_cache inside captures: test_weight_cache.py --graphs, then the
 #              quick and the full decode with arms SG (the defaults) and NG
 #              (H3SHIM_WEIGHT_CACHE_GRAPHS=0) (5 min)
+#   profile    serve.py --profile-block without and with the shim (defaults):
+#              one block at 1797 tokens, eager, graph replay and per-kernel
+#              GPU time (1 min)
 #   variants threads children compiled workloads nccl
 #              robust.py's items, 2 rounds (workloads: 5 rounds)     (1-5 min)
 # The archive is $OUT/session.tgz when OUT is set, else build/session.tgz; the
@@ -36,7 +40,7 @@ run() { # NAME LIMIT COMMAND...
     echo "== $name (at most ${limit}s)"
     timeout "$limit" "$@" >"$work/$name.log" 2>&1
     local rc=$?
-    grep -E '^\| [A-Z]|Result|differing|: (pass|FAIL|skipped)|ran with|fallback' "$work/$name.log" | cut -c1-300 | tail -20
+    grep -E '^\| [A-Z]|Result|differing|: (pass|FAIL|skipped)|ran with|fallback|median ms' "$work/$name.log" | cut -c1-300 | tail -20
     echo "== $name: rc=$rc"
     [[ $rc -eq 0 ]] || status=1
     pack
@@ -48,6 +52,7 @@ for step in "${steps[@]}"; do
             for t in rmsnorm residual_rmsnorm qk_norm_rope swiglu weight_cache; do
                 run "kernel-$t" 200 python3 "tests/gpu/test_$t.py" --fatbin build/kernels.fatbin
             done ;;
+        kernel-*) run "$step" 200 python3 "tests/gpu/test_${step#kernel-}.py" --fatbin build/kernels.fatbin ;;
         decode) run decode 420 python3 tests/gpu/full_decode.py --arms S,SG --rounds 3 --tag=-defaults ;;
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
         workloads) run workloads 420 python3 tests/gpu/robust.py --items workloads --rounds 5 --tag=-workloads ;;
@@ -55,6 +60,14 @@ for step in "${steps[@]}"; do
             run graphs-weights 150 python3 tests/gpu/test_weight_cache.py --graphs
             run graphs-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms SG,NG --rounds 1 --tag=-quick-graphs
             run graphs-decode 300 python3 tests/gpu/full_decode.py --arms SG,NG --rounds 2 --tag=-graphs ;;
+        profile)
+            # stdout is the JSON document; stderr (the shim's stats) goes beside it.
+            for arm in A S; do
+                pre=(); [[ $arm == S ]] && pre=(env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_STATS=1)
+                run "profile-$arm" 120 bash -c '"${@:2}" 2>"$1"' _ "$work/profile-$arm.err" \
+                    ${pre[@]+"${pre[@]}"} python3 scripts/serve.py --profile-block --json
+                mv "$work/profile-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-block-$arm.json"
+            done ;;
         variants|threads|children|compiled|nccl)
             run "$step" 300 python3 tests/gpu/robust.py --items "$step" --rounds 2 --tag="-$step" ;;
         *) echo "session.sh: unknown step '$step'" >&2; status=2 ;;

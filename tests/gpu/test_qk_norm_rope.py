@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The qk_norm_rope kernel (kernels/qk_norm_rope.cu, from the fatbin the
-Makefile embeds) against the H3 block's own PyTorch code for q and k, bit for
+"""The qk_norm_rope kernels (kernels/qk_norm_rope.cu, from the fatbin the
+Makefile embeds: h3_qk_norm_rope_f16 and its vector-access twin
+h3_qk_norm_rope_f16x4, each on every case) against the H3 block's own PyTorch code for q and k, bit for
 bit, on the GPU: from a to_qkv output [1, S, 32*192] FP16 and FP16 cos/sin
 tables [1, S, 1, 48],
 
@@ -72,7 +73,11 @@ def reference(qkv, cos, sin, eps=EPS):
     return one_side(q, cos, sin, eps), one_side(k, cos, sin, eps)
 
 
-def kernel(fb, qkv, cos, sin, eps=EPS):
+KERNELS = ("h3_qk_norm_rope_f16", "h3_qk_norm_rope_f16x4")
+
+
+def kernel(fb, qkv, cos, sin, eps=EPS, name=KERNELS[0], timed=False):
+    """Every output, as the kernel `name` writes them; with `timed`, its GPU time in ms instead."""
     s = qkv.shape[1]
     side, got = (Side * 2)(), []
     shapes = {"f32": (DIM, torch.float32), "y": (DIM, torch.float32), "rstd": (None, torch.float32),
@@ -88,8 +93,12 @@ def kernel(fb, qkv, cos, sin, eps=EPS):
         got.append(bufs)
     p = Params(qkv.data_ptr(), qkv.stride(1), cos.data_ptr(), sin.data_ptr(), cos.stride(1), s, HEADS, eps, side)
     rows = s * HEADS * 2
-    fb.launch("h3_qk_norm_rope_f16", ((rows + 15) // 16,), (256,), [p])
-    return got
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fb.launch(name, ((rows + 15) // 16,), (256,), [p])
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) if timed else got
 
 
 def main():
@@ -102,12 +111,14 @@ def main():
 
     def run(name, qkv, cos, sin):
         ref = reference(qkv, cos, sin)
-        got = kernel(fb, qkv, cos, sin)
-        case = {"case": name, "tokens": qkv.shape[1], "elements": 2 * ref[0]["out"].numel()}
-        for w, side in enumerate("qk"):
-            for o in OUTPUTS:
-                case[f"{side}_{o}_bits_differing"] = bits_differing(got[w][o].reshape(ref[w][o].shape), ref[w][o])
-        cases.append(case)
+        for kname in KERNELS:
+            got = kernel(fb, qkv, cos, sin, name=kname)
+            case = {"case": name, "kernel": kname, "tokens": qkv.shape[1], "elements": 2 * ref[0]["out"].numel()}
+            for w, side in enumerate("qk"):
+                for o in OUTPUTS:
+                    case[f"{side}_{o}_bits_differing"] = bits_differing(got[w][o].reshape(ref[w][o].shape),
+                                                                        ref[w][o])
+            cases.append(case)
 
     def randn(*shape, scale=1.0):
         return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(torch.float16)
@@ -149,7 +160,17 @@ def main():
     cb = torch.randint(-32768, 32768, (1, 4096, 1, 48), generator=gen, device="cuda", dtype=torch.int32)
     run("random bit patterns", raw, cb.to(torch.int16).view(torch.float16), cb.flip(1).to(torch.int16).view(torch.float16))
 
-    return report("h3_qk_norm_rope_f16", cases)
+    # GPU time of the two kernels at the block's 1797 tokens, every output
+    # written, alternating, medians.
+    qkv = randn(1, 1797, HEADS * 3 * DIM)
+    times = {k: [] for k in KERNELS}
+    for _ in range(25):
+        for kname in KERNELS:
+            times[kname].append(kernel(fb, qkv, mcos, msin, name=kname, timed=True))
+    timing = {f"{k}_ms": sorted(v)[12] for k, v in times.items()}
+    timing.update(tokens=1797, outputs="all", reps=25)
+    print(f"qk_norm_rope kernels at 1797 tokens, median ms: {timing}", file=sys.stderr)
+    return report(", ".join(KERNELS), cases, timing=timing)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""The swiglu kernel (kernels/swiglu.cu, from the fatbin the Makefile embeds)
-against PyTorch's own F.silu(g) * x on FP16, bit for bit, on the GPU:
+"""The swiglu kernels (kernels/swiglu.cu, from the fatbin the Makefile embeds)
+against PyTorch's own F.silu(g) * x on FP16, bit for bit, on the GPU: the
+one-element h3_swiglu_f16 on every case, and the eight-wide h3_swiglu_f16x8 on
+every case whose width is a multiple of 8 (the op's condition):
 
 - every FP16 bit pattern as the gate (0, -0, subnormals, inf, nan, +-65504
   included), each with up values drawn from every bit pattern too;
@@ -27,22 +29,28 @@ from fatbin import DEFAULT, Fatbin, bits_differing, ptr, report  # noqa: E402  (
 
 
 class Kernel:
-    """h3_swiglu_f16 from the fatbin, launched as the shim launches it."""
+    """h3_swiglu_f16 or h3_swiglu_f16x8 from the fatbin, launched as the shim launches them."""
 
     def __init__(self, path):
         self.fatbin = Fatbin(path)
 
-    def __call__(self, d, width):
-        """silu_out, out for d = [rows, 2*width] FP16 (gate | up)."""
+    def __call__(self, d, width, wide=False, timed=False):
+        """silu_out, out for d = [rows, 2*width] FP16 (gate | up); with `timed`,
+        the kernel's GPU time in ms instead (CUDA events around the launch)."""
         rows = d.shape[0]
         silu_out = torch.full((rows, width), float("nan"), dtype=torch.float16, device="cuda")
         out = torch.full((rows, width), float("nan"), dtype=torch.float16, device="cuda")
         vals = [ctypes.c_uint64(d.data_ptr()), ctypes.c_uint64(d.data_ptr() + 2 * width),
                 ctypes.c_longlong(d.stride(0)), ptr(silu_out), ptr(out), ctypes.c_longlong(rows),
                 ctypes.c_longlong(width)]
-        n = rows * width
-        self.fatbin.launch("h3_swiglu_f16", (min((n + 255) // 256, 132 * 32),), (256,), vals)
-        return silu_out, out
+        n = rows * width // 8 if wide else rows * width
+        blocks = min((n + 255) // 256, 132 * (64 if wide else 32))
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.fatbin.launch("h3_swiglu_f16x8" if wide else "h3_swiglu_f16", (blocks,), (256,), vals)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) if timed else (silu_out, out)
 
 
 def reference(d, width):
@@ -61,9 +69,14 @@ def main():
 
     def run(name, d, width):
         s_ref, o_ref = reference(d, width)
-        s, o = k(d, width)
-        cases.append({"case": name, "shape": list(d.shape), "elements": d.shape[0] * width,
-                      "silu_bits_differing": bits_differing(s, s_ref), "out_bits_differing": bits_differing(o, o_ref)})
+        for wide in (False, True):
+            if wide and (width % 8 or d.stride(0) % 8 or d.data_ptr() % 16):
+                continue
+            s, o = k(d, width, wide)
+            cases.append({"case": name, "kernel": "h3_swiglu_f16x8" if wide else "h3_swiglu_f16",
+                          "shape": list(d.shape), "elements": d.shape[0] * width,
+                          "silu_bits_differing": bits_differing(s, s_ref),
+                          "out_bits_differing": bits_differing(o, o_ref)})
 
     every = torch.arange(-32768, 32768, dtype=torch.int32, device="cuda").to(torch.int16).view(torch.float16)
     # Every gate bit pattern, with up = every bit pattern in 8 rotations.
@@ -85,7 +98,15 @@ def main():
     # A strided input, as in the block: the gate and up halves of one GEMM output.
     big = (torch.randn(1797, 2 * 8192, generator=gen, device="cuda") * 4).to(torch.float16)
     run("H3 block layout [1797, 16384]", big, 8192)
-    return report("h3_swiglu_f16", cases)
+    # GPU time of the two kernels on the block's layout, alternating, medians.
+    times = {False: [], True: []}
+    for _ in range(25):
+        for wide in (False, True):
+            times[wide].append(k(big, 8192, wide, timed=True))
+    timing = {"h3_swiglu_f16_ms": sorted(times[False])[12], "h3_swiglu_f16x8_ms": sorted(times[True])[12],
+              "layout": "[1797, 16384] -> 2 x [1797, 8192]", "reps": 25}
+    print(f"swiglu kernels on the block's layout, median ms: {timing}", file=sys.stderr)
+    return report("h3_swiglu_f16, h3_swiglu_f16x8", cases, timing=timing)
 
 
 if __name__ == "__main__":
