@@ -76,8 +76,8 @@ def reference(qkv, cos, sin, eps=EPS):
 KERNELS = ("h3_qk_norm_rope_f16", "h3_qk_norm_rope_f16x4")
 
 
-def kernel(fb, qkv, cos, sin, eps=EPS, name=KERNELS[0], timed=False):
-    """Every output, as the kernel `name` writes them; with `timed`, its GPU time in ms instead."""
+def kernel(fb, qkv, cos, sin, eps=EPS, kname=KERNELS[0], timed=False):
+    """Every output, as the kernel `kname` writes them; with `timed`, its GPU time in ms instead."""
     s = qkv.shape[1]
     side, got = (Side * 2)(), []
     shapes = {"f32": (DIM, torch.float32), "y": (DIM, torch.float32), "rstd": (None, torch.float32),
@@ -95,7 +95,7 @@ def kernel(fb, qkv, cos, sin, eps=EPS, name=KERNELS[0], timed=False):
     rows = s * HEADS * 2
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    fb.launch(name, ((rows + 15) // 16,), (256,), [p])
+    fb.launch(kname, ((rows + 15) // 16,), (256,), [p])
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) if timed else got
@@ -112,7 +112,7 @@ def main():
     def run(name, qkv, cos, sin):
         ref = reference(qkv, cos, sin)
         for kname in KERNELS:
-            got = kernel(fb, qkv, cos, sin, name=kname)
+            got = kernel(fb, qkv, cos, sin, kname=kname)
             case = {"case": name, "kernel": kname, "tokens": qkv.shape[1], "elements": 2 * ref[0]["out"].numel()}
             for w, side in enumerate("qk"):
                 for o in OUTPUTS:
@@ -166,7 +166,7 @@ def main():
     times = {k: [] for k in KERNELS}
     for _ in range(25):
         for kname in KERNELS:
-            times[kname].append(kernel(fb, qkv, mcos, msin, name=kname, timed=True))
+            times[kname].append(kernel(fb, qkv, mcos, msin, kname=kname, timed=True))
     timing = {f"{k}_ms": sorted(v)[12] for k, v in times.items()}
     timing.update(tokens=1797, outputs="all", reps=25)
     print(f"qk_norm_rope kernels at 1797 tokens, median ms: {timing}", file=sys.stderr)
