@@ -5,7 +5,9 @@
  *   norm_cast      the FP32 RMSNorm launch and the autocast FP16 cast of its
  *                  output for the next GEMM, as one kernel;
  *   residual_norm  the scaled residual before it (a FP32 mul of the FP16
- *                  GEMM output by the scale, then the add to h) too.
+ *                  GEMM output by the scale, then the add to h) too; where
+ *                  no norm follows the residual (the block's last), the mul
+ *                  and add alone.
  *
  * Planning reads the signature: a vectorized_layer_norm_kernel<float, float,
  * true> launch of 32x4 threads, rows of N floats (N % 4 == 0) with no beta
@@ -21,7 +23,7 @@
 #include <string.h>
 
 /* Where each planned value lives in h3_op_range.arg (calls relative to the range's first). */
-enum { NC_NORM, NC_CAST, RN_ADD };
+enum { NC_NORM, NC_CAST, RN_ADD, RN_ONLY };
 
 /* Validated: tests/evidence/2026-11-29-nvidia-h200-rmsnorm-kernel.md (the kernel against
  * PyTorch, 163 M elements, 0 bits differing) and ...-full-decode-norm-cast.md, ...-all-ops.md
@@ -226,21 +228,30 @@ static unsigned h3_rn_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
                            unsigned max)
 {
     unsigned n = 0;
-    for (uint32_t j = first; j + 2 < last && n < max; j++) {
+    for (uint32_t j = first; j + 1 <= last && n < max; j++) {
         struct h3_ew2d l;
         if (!h3_rn_is_mul(&sig->calls[j], &l) || !h3_rn_is_add(sig, j + 1, j, l.n))
             continue;
-        /* The norm right after the add, over its output, rows of the same width. */
-        const struct h3_sig_call *norm = &sig->calls[j + 2];
+        /* The norm right after the add, over its output, rows of the same
+         * width; without one (the block's last residual) the mul and add alone. */
+        const struct h3_sig_call *norm = j + 2 <= last ? &sig->calls[j + 2] : NULL;
         uint32_t width;
-        int x = h3_sig_slot_at(norm, 2, 0);
-        if (!h3_sig_is_rmsnorm(norm, true) || !h3_sig_u32(norm, 0, 0, &width) || width != l.width || x < 0 ||
-            norm->slots[x].ref != H3_REF_SLOT || norm->slots[x].ref_call != j + 1 ||
-            (int)norm->slots[x].ref_slot != h3_sig_slot_at(&sig->calls[j + 1], 2, 0) || norm->slots[x].delta != 0)
+        int x = norm != NULL ? h3_sig_slot_at(norm, 2, 0) : -1;
+        uint32_t c = 0;
+        if (norm == NULL || !h3_sig_is_rmsnorm(norm, true) || !h3_sig_u32(norm, 0, 0, &width) ||
+            width != l.width || x < 0 || norm->slots[x].ref != H3_REF_SLOT || norm->slots[x].ref_call != j + 1 ||
+            (int)norm->slots[x].ref_slot != h3_sig_slot_at(&sig->calls[j + 1], 2, 0) || norm->slots[x].delta != 0 ||
+            (c = h3_nc_find_cast(sig, j + 2, last)) == 0 || c - j >= 64) {
+            out[n++] = (struct h3_op_range){
+                .op = &h3_op_residual_norm,
+                .first = j,
+                .last = j + 1,
+                .mask = 3,
+                .arg = {[RN_ADD] = 1, [RN_ONLY] = 1},
+            };
+            j++;
             continue;
-        uint32_t c = h3_nc_find_cast(sig, j + 2, last);
-        if (c == 0 || c - j >= 64)
-            continue;
+        }
         out[n++] = (struct h3_op_range){
             .op = &h3_op_residual_norm,
             .first = j,
@@ -309,9 +320,61 @@ static bool h3_rn_fusable(struct h3_nc_args *a, uint64_t b16, long long b_stride
     return true;
 }
 
+/* The block's last residual, no norm after it: p = b16 * scale and h' = h
+ * + p, by h3_residual_rmsnorm_f32 with every norm output left out.  The
+ * kernel reads its inputs' elements before writing its outputs' in their
+ * place, which is exact only where they share the indexing: p or h' at h.
+ * PyTorch often gives h' the memory of b16 (freed after the mul), whose
+ * rows other blocks read: then the launches run as they were (aliased). */
+static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struct h3_deferred *add)
+{
+    if (mul->stream != add->stream || mul->fn != add->fn)
+        return "streams_differ";
+    const unsigned char *pm = mul->argv[1], *pa = add->argv[2];
+    uint64_t p, b16, scale, h_out, h, p_in;
+    uint32_t count, width, b_row;
+    memcpy(&p, pm + H3_EW2D_DATA(3), 8);
+    memcpy(&b16, pm + H3_EW2D_DATA(3) + 8, 8);
+    memcpy(&scale, pm + H3_EW2D_DATA(3) + 16, 8);
+    memcpy(&count, mul->argv[0], 4);
+    memcpy(&width, pm + 4, 4);
+    memcpy(&b_row, pm + 4 + 25 * 12 + 3 * 4 + 4, 4);
+    memcpy(&h_out, pa, 8);
+    memcpy(&h, pa + 8, 8);
+    memcpy(&p_in, pa + 16, 8);
+    if (p_in != p || width == 0 || width % 4 != 0 || count % width != 0 || b_row % 4 != 0)
+        return "layout";
+    if (p % 16 != 0 || h % 16 != 0 || h_out % 16 != 0 || scale % 16 != 0 || b16 % 4 != 0)
+        return "unaligned";
+    unsigned rows = count / width;
+    long long b_stride = b_row / 2;
+    const uint64_t f32 = (uint64_t)count * 4;
+    struct h3_span out[2] = {{p, p + f32}, {h_out, h_out + f32}};
+    const struct h3_span in[3] = {{h, h + f32},
+                                  {b16, b16 + ((uint64_t)rows - 1) * (uint64_t)b_row + (uint64_t)width * 2},
+                                  {scale, scale + (uint64_t)width * 4}};
+    uint64_t freed = h3_outputs_freed(out, 2);
+    if ((freed >> 1) & 1)
+        return "aliased";
+    for (unsigned i = 0; i < 2; i++)
+        for (unsigned k = 0; k < 3 && !((freed >> i) & 1); k++)
+            if (h3_spans_overlap(out[i], in[k]) && !(k == 0 && out[i].lo == h))
+                return "aliased";
+    if (freed & 1)
+        p = 0;
+    int n = (int)width;
+    float eps = 0.0f;
+    void *none = NULL;
+    void *args[] = {&b16, &b_stride, &scale, &h, &p, &h_out, &none, &eps, &n, &none, &none, &none};
+    const unsigned grid[3] = {rows, 1, 1}, block[3] = {32, 4, 1};
+    return h3_kernels_launch("h3_residual_rmsnorm_f32", add, grid, block, args);
+}
+
 static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     (void)anchor;
+    if (r->arg[RN_ONLY])
+        return h3_rn_run_residual(&calls[0], &calls[1]);
     const struct h3_deferred *mul = &calls[0], *add = &calls[r->arg[RN_ADD]], *norm = &calls[r->arg[NC_NORM]];
     struct h3_nc_args a;
     const char *why = h3_nc_read(norm, &calls[r->arg[NC_CAST]], &a);

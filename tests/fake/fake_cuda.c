@@ -136,8 +136,9 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
  * h3_rmsnorm_f32 logs "rmsnorm_check" with 1 when its arguments are the H3
  * block's norm (rows of 2048, eps 1e-5, a weight, all three outputs);
  * h3_residual_rmsnorm_f32 logs "residual_check" likewise (b16 rows of 2048
- * too, the inputs and h' set) and a bit per output left unwritten (p, y,
- * rstd, y16); h3_qk_norm_rope_f16 (and h3_qk_norm_rope_f16x4) logs "qk_check" when
+ * too, the inputs and h' set, and eps and gamma where a norm output is) and
+ * a bit per output left unwritten (p, y, rstd, y16: e for the block's last
+ * residual, which has no norm); h3_qk_norm_rope_f16 (and h3_qk_norm_rope_f16x4) logs "qk_check" when
  * its parameter block is the H3 block's (1797 tokens of 32 heads, what
  * attention reads set, q's rstd not, whose buffer the trace gives to k's).
  */
@@ -161,14 +162,16 @@ static void fake_rmsnorm(void **p)
 
 static void fake_residual(void **p)
 {
-    uint64_t ok = *(long long *)p[1] == 2048 && *(float *)p[7] == 1e-5f && *(int *)p[8] == 2048;
+    uint64_t ok = *(long long *)p[1] == 2048 && *(int *)p[8] == 2048;
     for (int i = 0; i < 4; i++) /* b16, (stride), scale, h */
         ok &= i == 1 || *(uint64_t *)p[i] != 0;
-    ok &= *(uint64_t *)p[5] != 0 && *(uint64_t *)p[6] != 0; /* h', gamma */
+    ok &= *(uint64_t *)p[5] != 0; /* h' */
     uint64_t unwritten = 0; /* a bit per output left to others: p, y, rstd, y16 (params 4, 9, 10, 11) */
     static const int outs[4] = {4, 9, 10, 11};
     for (int i = 0; i < 4; i++)
         unwritten |= (uint64_t)(*(uint64_t *)p[outs[i]] == 0) << i;
+    if ((unwritten & 14) != 14) /* a norm output: the block's eps and gamma */
+        ok &= *(float *)p[7] == 1e-5f && *(uint64_t *)p[6] != 0;
     uint64_t words[2] = {ok, unwritten};
     fakelog_call("cuda", "residual_check", 2, words, 0);
 }

@@ -63,6 +63,20 @@ def kernel_in_place(fb, b16, scale, h, gamma, eps=EPS):
     return None, h2, hb, rstd, bb
 
 
+def kernel_residual_only(fb, b16, scale, h, gamma, eps=EPS, over_h=False):
+    """As the op launches it for the block's last residual: p and h' only,
+    no weight, no norm output; with `over_h`, h' in h's own memory."""
+    rows, n = h.shape
+    hb = h.clone()
+    p = torch.full_like(h, float("nan"))
+    h2 = hb if over_h else torch.full_like(h, float("nan"))
+    none = ctypes.c_void_p(0)
+    fb.launch("h3_residual_rmsnorm_f32", (rows,), (32, 4),
+              [ptr(b16), ctypes.c_longlong(b16.stride(0)), ptr(scale), ptr(hb), ptr(p), ptr(h2), none,
+               ctypes.c_float(0.0), ctypes.c_int(n), none, none, none])
+    return p, h2, None, None, None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fatbin", default=DEFAULT)
@@ -112,6 +126,15 @@ def main():
     g[::9] = 0.0
     g[3::13] = 6e4
     run("weight with zeros and huge values", randn(1797, n).half(), scale, randn(1797, n), g)
+    # The block's last residual (no norm after it), as the op launches it.
+    for s in (1e-3, 1.0, 1e3):
+        run(f"residual only, H3 [1797,2048] b16 x{s}", randn(1797, n, scale=s).half(), scale,
+            randn(1797, n, scale=4.0), gamma, launch=kernel_residual_only)
+    run("residual only, h' over h [16384,2048]", randn(16384, n, scale=3).half(), scale, randn(16384, n), gamma,
+        launch=lambda *a: kernel_residual_only(*a, over_h=True))
+    b = specials[torch.randint(0, len(specials), (512, n), generator=gen, device="cuda")]
+    run("residual only, special b16 values, huge and tiny h, special scales", b, sc, h, gamma,
+        launch=kernel_residual_only)
     return report("h3_residual_rmsnorm_f32", cases)
 
 

@@ -14,6 +14,11 @@ WHAT:
   swiglu-out-in-gate
                in the first block, the product silu(g) * x (call 36) inside
                w1's output: swiglu must fall back there (`aliased`).
+  last-h-in-b16
+               in the first block, the sum h' of the block's last residual
+               (call 41) inside w2's output b16, a row of b16 off:
+               residual_norm must issue that mul and add as they were
+               (`aliased`).
 """
 import sys
 
@@ -71,10 +76,27 @@ def swiglu_out_in_gate(lines):
     sys.exit("replay_alias: no silu launch followed by its mul")
 
 
+def last_h_in_b16(lines):
+    seen = 0  # the scaled residuals so far: each block's mid-block one, then its last
+    for i, line in enumerate(lines):
+        t = line.split(" ")
+        if t[0] != "L" or MUL_F32 not in t[1] or i + 1 >= len(lines) or "CUDAFunctor_add" not in lines[i + 1]:
+            continue
+        seen += 1
+        if seen < 2:
+            continue
+        add = lines[i + 1].split(" ")
+        b16 = ptr(t[-1], DATA3 + 8)  # the mul's FP16 input
+        add[-1] = set_ptr(add[-1], 0, b16 + 4096)
+        lines[i + 1] = " ".join(add)
+        return
+    sys.exit("replay_alias: no block with two scaled residuals")
+
+
 def main():
     what, src, dst = sys.argv[1:4]
     lines = open(src).read().split("\n")
-    {"y16-in-h": y16_in_h, "swiglu-out-in-gate": swiglu_out_in_gate}[what](lines)
+    {"y16-in-h": y16_in_h, "swiglu-out-in-gate": swiglu_out_in_gate, "last-h-in-b16": last_h_in_b16}[what](lines)
     open(dst, "w").write("\n".join(lines))
     return 0
 

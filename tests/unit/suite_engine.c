@@ -20,6 +20,7 @@
 #define T_REPLAY "build/tests/h3-block3-replay.txt"
 #define T_REPLAY_ALIAS "build/tests/h3-block3-replay-y16-in-h.txt"
 #define T_REPLAY_SWIGLU_ALIAS "build/tests/h3-block3-replay-swiglu-out-in-gate.txt"
+#define T_REPLAY_LAST_H_ALIAS "build/tests/h3-block3-replay-last-h-in-b16.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
 
@@ -559,8 +560,8 @@ START_TEST(norm_cast_falls_back_exactly)
     const char *want = kernels_built() ? "op norm_cast    fallback kernel_missing       9"
                                        : "op norm_cast    fallback no_kernels           9";
     ck_assert_msg(strstr(stats, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats));
-    want = kernels_built() ? "op residual_norm fallback kernel_missing       9"
-                           : "op residual_norm fallback no_kernels           9";
+    want = kernels_built() ? "op residual_norm fallback kernel_missing       18"
+                           : "op residual_norm fallback no_kernels           18";
     ck_assert_msg(strstr(stats, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats));
     ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
     free(stats);
@@ -577,21 +578,26 @@ START_TEST(residual_norm_replaces_the_mid_block_residual_and_norm)
     char *stats;
     char *log = replay_with("residual_norm", env, &stats);
     /* Calls 28 (mul), 29 (add), 30 (norm2) and 33 (w1's input cast) of each
-     * block; the weight casts 31-32 stay where they are. */
+     * block; the weight casts 31-32 stay where they are.  And the block's
+     * last residual, 40 (mul) and 41 (add), which no norm follows. */
     ck_assert_msg(strstr(stats, "takes calls 28,29,30,33") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "takes calls 40,41\n") != NULL, "%s", tail_of(stats));
     /* The recorded addresses (tests/record/data): PyTorch gave the norm's
      * output y the memory of the product p in 7 blocks (p is then not
      * written: its memory was freed), and in 2 the sum h' the memory of
      * b16, where the kernel would race: there the mul and add are issued
-     * as they were, then the norm and cast as one kernel. */
-    ck_assert_msg(strstr(stats, "op residual_norm 9 groups run (36 calls)") != NULL, "%s", tail_of(stats));
+     * as they were, then the norm and cast as one kernel.  At the block's
+     * end every h' and p has memory of its own: 9 more groups, p written. */
+    ck_assert_msg(strstr(stats, "op residual_norm 18 groups run (54 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm ran with h_in_b16             2") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
     check_accounting_ops(stats);
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 1 "), 7);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 e "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 0 "), 0);
     ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), 2);
-    ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(base, "exec ") - 3 * 7 - 1 * 2);
+    ck_assert_uint_eq(count_lines_starting(log, "exec "),
+                      count_lines_starting(base, "exec ") - 3 * 7 - 1 * 2 - 1 * T_INSTANCES);
     free(stats);
     free(log);
     free(base);
@@ -627,18 +633,39 @@ START_TEST(residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input)
     char *trace = t_read_file(t_run.trace, NULL);
     t_run.trace = NULL;
     /* The trace says how, at the call where the op ran. */
-    ck_assert_uint_eq(t_count(trace, "\"op\":\"residual_norm\""), 9);
+    ck_assert_uint_eq(t_count(trace, "\"op\":\"residual_norm\""), 18); /* 9 mid-block, 9 at the end */
     ck_assert_uint_eq(t_count(trace, "\"op_how\":\"y16_in_h\""), 1);
     ck_assert_uint_eq(t_count(trace, "\"op_how\":\"h_in_b16\""), 2);
     ck_assert_uint_eq(t_count(trace, "\"op_how\""), 3);
     free(trace);
-    ck_assert_msg(strstr(stats, "op residual_norm 9 groups run (36 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op residual_norm 18 groups run (54 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm ran with y16_in_h             1") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm ran with h_in_b16             2") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 1 "), 6);
     ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), 3);
-    ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(base, "exec ") - 3 * 6 - 1 * 3);
+    ck_assert_uint_eq(count_lines_starting(log, "exec "),
+                      count_lines_starting(base, "exec ") - 3 * 6 - 1 * 3 - 1 * T_INSTANCES);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+/* The first block's last sum h' moved into w2's output b16, a row off: the
+ * kernel would write h' over rows of b16 that other thread blocks read, so
+ * that mul and add run as they were; the other 17 residuals are fused. */
+START_TEST(residual_norm_falls_back_where_the_last_sum_lands_in_b16)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OP_RESIDUAL_NORM=1", NULL};
+    char *base, *stats;
+    char *log = replay_rewritten(T_REPLAY_LAST_H_ALIAS, "last-h-alias", env, &base, &stats);
+    ck_assert_msg(strstr(stats, "op residual_norm 17 groups run (52 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op residual_norm fallback aliased              1") != NULL, "%s", tail_of(stats));
+    ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 e "), T_INSTANCES - 1);
+    ck_assert_uint_eq(count_lines_starting(log, "exec "),
+                      count_lines_starting(base, "exec ") - 3 * 7 - 1 * 2 - 1 * (T_INSTANCES - 1));
     free(stats);
     free(log);
     free(base);
@@ -766,14 +793,14 @@ START_TEST(all_ops_share_the_block)
     char *stats;
     char *log = replay_with("all", env, &stats);
     ck_assert_msg(strstr(stats, "op norm_cast    9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "op residual_norm 9 groups run (36 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op residual_norm 18 groups run (54 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op qk_norm_rope 9 groups run (162 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op swiglu       9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
     /* norm1 in every block, norm2 where h' has b16's memory (see above). */
     ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), T_INSTANCES + 2);
-    ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 "), 7);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 "), 7 + T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), T_INSTANCES);
     free(stats);
@@ -1352,6 +1379,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, norm_cast_falls_back_exactly);
     tcase_add_test(ops, residual_norm_replaces_the_mid_block_residual_and_norm);
     tcase_add_test(ops, residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input);
+    tcase_add_test(ops, residual_norm_falls_back_where_the_last_sum_lands_in_b16);
     tcase_add_test(ops, swiglu_falls_back_where_its_output_lands_in_its_input);
     tcase_add_test(ops, an_op_falls_back_while_another_in_its_group_runs);
     tcase_add_test(ops, qk_norm_rope_replaces_the_18_launches_of_q_and_k);
