@@ -320,6 +320,28 @@ static bool h3_rn_fusable(struct h3_nc_args *a, uint64_t b16, long long b_stride
     return true;
 }
 
+/* What the residual's mul and add launches were given. */
+struct h3_rn_launches {
+    uint64_t p, b16, scale, h_out, h, p_in; /* mul: p = b16 * scale; add: h_out = h + p_in */
+    uint32_t count, width, b_row;            /* elements, row width, b16's row stride in bytes */
+};
+
+static struct h3_rn_launches h3_rn_read(const struct h3_deferred *mul, const struct h3_deferred *add)
+{
+    const unsigned char *pm = mul->argv[1], *pa = add->argv[2];
+    struct h3_rn_launches l;
+    memcpy(&l.p, pm + H3_EW2D_DATA(3), 8);
+    memcpy(&l.b16, pm + H3_EW2D_DATA(3) + 8, 8);
+    memcpy(&l.scale, pm + H3_EW2D_DATA(3) + 16, 8);
+    memcpy(&l.count, mul->argv[0], 4);
+    memcpy(&l.width, pm + 4, 4);
+    memcpy(&l.b_row, pm + 4 + 25 * 12 + 3 * 4 + 4, 4);
+    memcpy(&l.h_out, pa, 8);
+    memcpy(&l.h, pa + 8, 8);
+    memcpy(&l.p_in, pa + 16, 8);
+    return l;
+}
+
 /* The block's last residual, no norm after it: p = b16 * scale and h' = h
  * + p, by h3_residual_rmsnorm_f32 with every norm output left out.  The
  * kernel reads its inputs' elements before writing its outputs' in their
@@ -330,18 +352,9 @@ static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struc
 {
     if (mul->stream != add->stream || mul->fn != add->fn)
         return "streams_differ";
-    const unsigned char *pm = mul->argv[1], *pa = add->argv[2];
-    uint64_t p, b16, scale, h_out, h, p_in;
-    uint32_t count, width, b_row;
-    memcpy(&p, pm + H3_EW2D_DATA(3), 8);
-    memcpy(&b16, pm + H3_EW2D_DATA(3) + 8, 8);
-    memcpy(&scale, pm + H3_EW2D_DATA(3) + 16, 8);
-    memcpy(&count, mul->argv[0], 4);
-    memcpy(&width, pm + 4, 4);
-    memcpy(&b_row, pm + 4 + 25 * 12 + 3 * 4 + 4, 4);
-    memcpy(&h_out, pa, 8);
-    memcpy(&h, pa + 8, 8);
-    memcpy(&p_in, pa + 16, 8);
+    const struct h3_rn_launches l = h3_rn_read(mul, add);
+    uint64_t p = l.p, b16 = l.b16, scale = l.scale, h_out = l.h_out, h = l.h, p_in = l.p_in;
+    uint32_t count = l.count, width = l.width, b_row = l.b_row;
     if (p_in != p || width == 0 || width % 4 != 0 || count % width != 0 || b_row % 4 != 0)
         return "layout";
     if (p % 16 != 0 || h % 16 != 0 || h_out % 16 != 0 || scale % 16 != 0 || b16 % 4 != 0)
@@ -382,18 +395,9 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         return why;
     if (mul->stream != norm->stream || add->stream != norm->stream || mul->fn != norm->fn || add->fn != norm->fn)
         return "streams_differ";
-    const unsigned char *pm = mul->argv[1], *pa = add->argv[2];
-    uint64_t p, b16, scale, h_out, h, p_in;
-    uint32_t count, width, b_row;
-    memcpy(&p, pm + H3_EW2D_DATA(3), 8);
-    memcpy(&b16, pm + H3_EW2D_DATA(3) + 8, 8);
-    memcpy(&scale, pm + H3_EW2D_DATA(3) + 16, 8);
-    memcpy(&count, mul->argv[0], 4);
-    memcpy(&width, pm + 4, 4);
-    memcpy(&b_row, pm + 4 + 25 * 12 + 3 * 4 + 4, 4);
-    memcpy(&h_out, pa, 8);
-    memcpy(&h, pa + 8, 8);
-    memcpy(&p_in, pa + 16, 8);
+    const struct h3_rn_launches l = h3_rn_read(mul, add);
+    uint64_t p = l.p, b16 = l.b16, scale = l.scale, h_out = l.h_out, h = l.h, p_in = l.p_in;
+    uint32_t count = l.count, width = l.width, b_row = l.b_row;
     if (p_in != p || h_out != a.x || width != (uint32_t)a.n || (long long)count != (long long)a.rows * a.n)
         return "layout";
     if (p % 16 != 0 || h % 16 != 0 || h_out % 16 != 0 || scale % 16 != 0 || b16 % 4 != 0)
