@@ -134,6 +134,11 @@ check-record:
 	@echo "== scripts/record_signature.py tests"
 	python3 tests/record/test_record_signature.py
 
+# The GPU scripts' own logic (verdicts, deadlines), PyTorch stubbed.
+check-scripts:
+	@echo "== tests/gpu scripts' logic"
+	python3 tests/scripts/test_gpu_scripts.py
+
 # An installed library finds its installed signatures.
 check-install: $(B)/libh3shim.so $(B)/h3sig $(B)/bench/bench_cpu
 	@rm -rf $(B)/install-test
@@ -145,7 +150,7 @@ check-install: $(B)/libh3shim.so $(B)/h3sig $(B)/bench/bench_cpu
 	  || { echo "the installed library did not load its installed signatures"; exit 1; }
 	@echo "== make install: the installed library loads the installed signatures"
 
-check: check-exports check-tailjump check-readme check-record check-install check-asan check-release
+check: check-exports check-tailjump check-readme check-record check-scripts check-install check-asan check-release
 
 $(B)/envtable: tests/tools/envtable.c shim/config.def
 	@mkdir -p $(@D)

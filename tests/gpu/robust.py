@@ -427,6 +427,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--items", default=",".join(ITEMS))
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds from the start: begin no round that would end past it, and report the rounds "
+                         "done (0: none)")
     a = ap.parse_args()
     if a.child:
         print(json.dumps(globals()[f"child_{a.child}"]()))
@@ -435,11 +438,17 @@ def main():
     import shimstats
     import torch
     doc, ok, lines = {"rounds": a.rounds, "items": {}}, True, []
+    started, longest = time.time(), 0.0
     for item in a.items.split(","):
         runs = {"A": [], "S": []}
+        rounds_done = 0
         for rnd in range(a.rounds):  # A S, S A, A S, ...: neither arm always goes first
+            if a.deadline and time.time() - started + longest > a.deadline and rounds_done > 0:
+                break  # a round like the longest so far would outrun the caller's limit
+            t0 = time.time()
             for arm in (("A", "S") if rnd % 2 == 0 else ("S", "A")):
                 runs[arm].append(run_child(item, a.shim if arm == "S" else None))
+            longest, rounds_done = max(longest, time.time() - t0), rounds_done + 1
         flats = [flatten(r.get("result")) for arm in ("A", "S") for r in runs[arm]]
         keys = sorted(set().union(*flats))
         outputs = {}
@@ -471,7 +480,7 @@ def main():
             lines.append(f"## {item}: skipped ({flats[0]['skipped']})\n")
             doc["items"][item] = {"skipped": flats[0]["skipped"]}
             continue
-        entry = {"pass": item_ok, "outputs": outputs, "runs": runs}
+        entry = {"pass": item_ok, "outputs": outputs, "runs": runs, "rounds_done": rounds_done}
         if item == "workloads":
             over = {}
             for k in keys:
@@ -488,6 +497,8 @@ def main():
         doc["items"][item] = entry
         ok &= item_ok
         lines.append(f"## {item}: {'pass' if item_ok else 'FAIL'}\n")
+        if rounds_done < a.rounds:
+            lines.append(f"(stopped after {rounds_done} of {a.rounds} rounds: --deadline {a.deadline:.0f} s)\n")
         for k, o in outputs.items():
             ratio = entry.get("overhead", {}).get(k, {}).get("ratio_shim_over_none")
             share = entry.get("overhead", {}).get(k, {}).get("shim_own_share")

@@ -19,8 +19,10 @@
 #              one block at 1797 tokens, eager, graph replay and per-kernel
 #              GPU time (1 min)
 #   variants threads children compiled workloads nccl
-#              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min; 5 rounds
-#              outran 420 s at 369a5b8 and left nothing)              (1-8 min)
+#              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min); each
+#              stops before a round that would outrun its limit and
+#              reports the rounds done (5 rounds outran 420 s at 369a5b8
+#              and left nothing)                                      (1-8 min)
 # The archive is $OUT/session.tgz when OUT is set, else build/session.tgz; the
 # evidence files also land in tests/evidence/. Exit status: 1 when a step failed.
 set -uo pipefail
@@ -56,7 +58,8 @@ for step in "${steps[@]}"; do
         kernel-*) run "$step" 200 python3 "tests/gpu/test_${step#kernel-}.py" --fatbin build/kernels.fatbin ;;
         decode) run decode 420 python3 tests/gpu/full_decode.py --arms S,SG --rounds 3 --tag=-defaults ;;
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
-        workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds 3 --tag=-workloads ;;
+        workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds 3 --deadline 480 \
+                       --tag=-workloads ;;
         graphs)
             run graphs-weights 150 python3 tests/gpu/test_weight_cache.py --graphs
             run graphs-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms SG,NG --rounds 1 --tag=-quick-graphs
@@ -70,7 +73,7 @@ for step in "${steps[@]}"; do
                 mv "$work/profile-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-block-$arm.json"
             done ;;
         variants|threads|children|compiled|nccl)
-            run "$step" 300 python3 tests/gpu/robust.py --items "$step" --rounds 2 --tag="-$step" ;;
+            run "$step" 300 python3 tests/gpu/robust.py --items "$step" --rounds 2 --deadline 250 --tag="-$step" ;;
         *) echo "session.sh: unknown step '$step'" >&2; status=2 ;;
     esac
 done

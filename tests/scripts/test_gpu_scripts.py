@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""CPU tests of the GPU scripts' own logic (tests/gpu), which decides what the
+evidence says: the decode verdict (shimstats.ops_verdict) and robust.py's
+--deadline. PyTorch is stubbed; nothing here needs a GPU.
+
+    python3 tests/scripts/test_gpu_scripts.py
+"""
+import os
+import sys
+import types
+import unittest
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "gpu"))
+import shimstats  # noqa: E402
+
+BLOCK = "minimax-h3-vae-decoder/block"
+
+
+def stats(runs, fallbacks=(), blocks=9):
+    """A stats table as the shim prints it: residual_norm planned twice per block."""
+    lines = [f"h3shim: 1 stats: plan {BLOCK}: op residual_norm takes calls 28,29,30,33",
+             f"h3shim: 1 stats: plan {BLOCK}: op residual_norm takes calls 40,41",
+             f"h3shim: 1 stats: signature {BLOCK}: {blocks} complete, 0 broken",
+             "h3shim: 1 stats: engine: 100 launches deferred; 0 issued with an error",
+             f"h3shim: 1 stats: op residual_norm {runs} groups run ({3 * runs} calls)"]
+    lines += [f"h3shim: 1 stats: op residual_norm fallback {why:<20} {n}" for why, n in fallbacks]
+    return "\n".join(lines)
+
+
+class OpsVerdict(unittest.TestCase):
+    def test_every_place_run(self):
+        self.assertTrue(shimstats.ops_verdict(stats(18), 9, ["residual_norm"])[0])
+
+    def test_an_aliased_fallback_counts_as_covered(self):
+        ok, text = shimstats.ops_verdict(stats(17, [("aliased", 1)]), 9, ["residual_norm"])
+        self.assertTrue(ok, text)
+        self.assertIn("aliased", text)
+
+    def test_another_fallback_fails(self):
+        self.assertFalse(shimstats.ops_verdict(stats(17, [("layout", 1)]), 9, ["residual_norm"])[0])
+
+    def test_a_place_neither_run_nor_fallen_back_fails(self):
+        self.assertFalse(shimstats.ops_verdict(stats(16, [("aliased", 1)]), 9, ["residual_norm"])[0])
+
+    def test_an_op_that_only_fell_back_fails(self):
+        self.assertFalse(shimstats.ops_verdict(stats(0, [("aliased", 18)]), 9, ["residual_norm"])[0])
+
+
+class RobustDeadline(unittest.TestCase):
+    """robust.py starts no round that a round as long as the longest so far
+    would carry past --deadline, and says how many rounds it ran."""
+
+    def run_main(self, rounds, deadline, child_seconds):
+        clock = [1000.0]
+
+        def fake_child(item, shim):
+            clock[0] += child_seconds
+            return {"rc": 0, "seconds": child_seconds,
+                    "result": {"mlp": {"sha256": "ab", "ms": 2.0 if shim else 1.0}}}
+
+        written = {}
+
+        def fake_write(gpu, name, doc, lines):
+            written.update(doc=doc, lines=lines)
+
+        torch = types.SimpleNamespace(__version__="stub", cuda=types.SimpleNamespace(is_available=lambda: False))
+        import robust
+        argv = ["robust.py", "--items", "workloads", "--rounds", str(rounds), "--deadline", str(deadline)]
+        with mock.patch.dict(sys.modules, {"torch": torch}), mock.patch.object(sys, "argv", argv), \
+                mock.patch.object(robust, "run_child", fake_child), \
+                mock.patch.object(robust.time, "time", lambda: clock[0]), \
+                mock.patch.object(shimstats, "write_evidence", fake_write):
+            rc = robust.main()
+        return rc, written
+
+    def test_stops_before_a_round_that_would_outrun(self):
+        rc, w = self.run_main(rounds=5, deadline=450, child_seconds=100)  # 200 s a round
+        self.assertEqual(rc, 0)
+        self.assertEqual(w["doc"]["items"]["workloads"]["rounds_done"], 2)
+        self.assertEqual(len(w["doc"]["items"]["workloads"]["runs"]["A"]), 2)
+        self.assertIn("(stopped after 2 of 5 rounds: --deadline 450 s)\n", w["lines"])
+
+    def test_runs_every_round_within_the_deadline(self):
+        rc, w = self.run_main(rounds=3, deadline=1000, child_seconds=100)
+        self.assertEqual(w["doc"]["items"]["workloads"]["rounds_done"], 3)
+        self.assertFalse(any("stopped after" in line for line in w["lines"]))
+
+    def test_always_runs_one_round(self):
+        rc, w = self.run_main(rounds=3, deadline=10, child_seconds=100)
+        self.assertEqual(w["doc"]["items"]["workloads"]["rounds_done"], 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
