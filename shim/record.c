@@ -195,16 +195,16 @@ static void h3_desc_launch(struct h3_call *c, const void *handle, struct h3_kern
     c->block[0] = bx, c->block[1] = by, c->block[2] = bz;
     c->shmem = (unsigned)shmem;
     c->stream = stream;
-    c->per_thread = strstr(h3_hooks[c->fn].name, "_ptsz") != NULL;
     if (k != NULL) {
         atomic_fetch_add_explicit(&((struct h3_kernel *)k)->calls, 1, memory_order_relaxed);
         c->nparams = k->nparams;
         c->param_bytes = k->param_bytes;
         c->param_sizes = k->param_sizes;
     }
-    /* The fingerprint and device are for the trace; the matcher compares fields. */
+    /* The fingerprint, device and stream flavour are for the trace; the matcher compares fields. */
     if (!h3_trace_on)
         return;
+    c->per_thread = strstr(h3_hooks[c->fn].name, "_ptsz") != NULL;
     uint64_t h = k != NULL ? k->name_hash : h3_hash(H3_HASH_SEED, "?", 1);
     h = h3_hash(h, c->grid, sizeof(c->grid));
     h = h3_hash(h, c->block, sizeof(c->block));
@@ -346,6 +346,8 @@ void h3_desc_lt_matmul(struct h3_call *c, cublasLtHandle_t handle, cublasLtMatmu
         lt->inner = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, 2);
         lt->cluster = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2);
     }
+    if (!h3_trace_on)
+        return;
     uint64_t h = h3_hash(H3_HASH_SEED, "cublasLtMatmul", 14);
     h = h3_hash(h, &lt->compute, offsetof(struct h3_lt_desc, bias));
     h = h3_hash(h, &lt->a, sizeof(lt->a) * 4);
@@ -367,6 +369,8 @@ void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int6
         return;
     struct h3_gemm_desc *g = &c->u.gemm;
     *g = (struct h3_gemm_desc){A, B, C, ta, tb, at, bt, ct, compute, m, n, k, lda, ldb, ldc, batch};
+    if (!h3_trace_on) /* the fingerprint and device are for the trace; the matcher compares fields */
+        return;
     uint64_t h = h3_hash(H3_HASH_SEED, h3_hooks[c->fn].name, strlen(h3_hooks[c->fn].name));
     c->fp = h3_hash(h, &g->transa, sizeof(*g) - offsetof(struct h3_gemm_desc, transa));
     h3_call_device(c);
@@ -385,6 +389,8 @@ void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackend
     memset(d, 0, sizeof(*d));
     d->plan = plan;
     d->known = h3_cudnn_pack_get(pack, d);
+    if (!h3_trace_on)
+        return;
     uint64_t h = h3_hash(H3_HASH_SEED, "cudnnBackendExecute", 19);
     c->fp = h3_hash(h, d->uids, (size_t)d->count * sizeof(int64_t));
     h3_call_device(c);

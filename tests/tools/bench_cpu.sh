@@ -2,7 +2,7 @@
 # Per-call overhead of the interposer on the fake stack, tracing off:
 # alternating runs without and with the shim preloaded, medians.
 # usage: bench_cpu.sh BENCH_BINARY SHIM FAKE_DIR REPLAY_FILE SIGNATURES
-# Rows: one entry point called in a loop; then the recorded H3 block stream
+# Rows: one entry point called in a loop (ops off, then the defaults); then the recorded H3 block stream
 # (REPLAY_FILE, launches decoded beforehand, library calls made as PyTorch
 # makes them) with the shim passing through, with the matcher, with the
 # engine holding back and replaying every group (H3SHIM_OP_REPLAY=1), and with
@@ -27,6 +27,11 @@ row() { # NAME API CALLS SHIM_ENV...
 }
 for api in cuLaunchKernel __cudaLaunchKernel cublasGemmEx; do
   row "$api" "$api" "$n" H3SHIM_OPS=none
+done
+# The same calls with the defaults (ops on, so every call meets the matcher):
+# what another model's launches and GEMMs pay.
+for api in __cudaLaunchKernel cublasGemmEx; do
+  row "$api, defaults" "$api" "$n" H3SHIM_MATCH=0
 done
 blocks=$((n / 40))
 row "h3 stream, pass-through" "replay:$replay" "$blocks" H3SHIM_OPS=none
