@@ -94,7 +94,7 @@ $(B)/tests/h3-block3-replay.txt: $(REPLAY_TRACE) scripts/trace_replay.py
 $(B)/tests/h3-block3-replay-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_alias.py
 	python3 tests/tools/replay_alias.py $* $< $@
 ALIAS_REPLAYS := $(B)/tests/h3-block3-replay-y16-in-h.txt $(B)/tests/h3-block3-replay-swiglu-out-in-gate.txt \
-                 $(B)/tests/h3-block3-replay-last-h-in-b16.txt
+                 $(B)/tests/h3-block3-replay-last-h-in-b16.txt $(B)/tests/h3-block3-replay-swiglu-out-unaligned.txt
 # One-block decodes traced on the H200 where the closures' host left-overs differ from the
 # recording's: a process on cuda:1, and a second thread (tests/record/data).
 $(B)/tests/h3-block1-%-replay.txt: tests/record/data/h3-block1-h200-torch2.11-%.jsonl.gz scripts/trace_replay.py

@@ -14,6 +14,10 @@ WHAT:
   swiglu-out-in-gate
                in the first block, the product silu(g) * x (call 36) inside
                w1's output: swiglu must fall back there (`aliased`).
+  swiglu-out-unaligned
+               in the first block, the product silu(g) * x (call 36) two
+               bytes off its place (and w2's input with it): swiglu must use
+               its one-element kernel there, the eight-wide one elsewhere.
   last-h-in-b16
                in the first block, the sum h' of the block's last residual
                (call 41) inside w2's output b16, a row of b16 off:
@@ -76,6 +80,17 @@ def swiglu_out_in_gate(lines):
     sys.exit("replay_alias: no silu launch followed by its mul")
 
 
+def swiglu_out_unaligned(lines):
+    for i, line in enumerate(lines):
+        t = line.split(" ")
+        if t[0] != "L" or "silu_kernel" not in t[1] or MUL_F16 not in lines[i + 1]:
+            continue
+        out = ptr(lines[i + 1].split(" ")[-1], DATA3)
+        move(lines, i + 1, DATA3, out + 2, 4)
+        return
+    sys.exit("replay_alias: no silu launch followed by its mul")
+
+
 def last_h_in_b16(lines):
     seen = 0  # the scaled residuals so far: each block's mid-block one, then its last
     for i, line in enumerate(lines):
@@ -96,7 +111,8 @@ def last_h_in_b16(lines):
 def main():
     what, src, dst = sys.argv[1:4]
     lines = open(src).read().split("\n")
-    {"y16-in-h": y16_in_h, "swiglu-out-in-gate": swiglu_out_in_gate, "last-h-in-b16": last_h_in_b16}[what](lines)
+    {"y16-in-h": y16_in_h, "swiglu-out-in-gate": swiglu_out_in_gate, "swiglu-out-unaligned": swiglu_out_unaligned,
+     "last-h-in-b16": last_h_in_b16}[what](lines)
     open(dst, "w").write("\n".join(lines))
     return 0
 

@@ -21,6 +21,7 @@
 #define T_REPLAY_ALIAS "build/tests/h3-block3-replay-y16-in-h.txt"
 #define T_REPLAY_SWIGLU_ALIAS "build/tests/h3-block3-replay-swiglu-out-in-gate.txt"
 #define T_REPLAY_LAST_H_ALIAS "build/tests/h3-block3-replay-last-h-in-b16.txt"
+#define T_REPLAY_SWIGLU_UNALIGNED "build/tests/h3-block3-replay-swiglu-out-unaligned.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
 
@@ -666,6 +667,25 @@ START_TEST(residual_norm_falls_back_where_the_last_sum_lands_in_b16)
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 e "), T_INSTANCES - 1);
     ck_assert_uint_eq(count_lines_starting(log, "exec "),
                       count_lines_starting(base, "exec ") - 3 * 7 - 1 * 2 - 1 * (T_INSTANCES - 1));
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+/* The first block's product two bytes off: that block's swiglu runs the
+ * one-element kernel (grid 132 x 32 = 0x1080), the other eight the
+ * eight-wide one (grid 0x1c14); all nine are fused. */
+START_TEST(swiglu_takes_the_one_element_kernel_where_a_pointer_is_unaligned)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OP_SWIGLU=1", NULL};
+    char *base, *stats;
+    char *log = replay_rewritten(T_REPLAY_SWIGLU_UNALIGNED, "swiglu-unaligned", env, &base, &stats);
+    ck_assert_msg(strstr(stats, "op swiglu       9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), T_INSTANCES);
+    ck_assert_uint_eq(t_count(log, " 1080 1 1 100 1 1 "), 1);
+    ck_assert_uint_eq(t_count(log, " 1c14 1 1 100 1 1 "), T_INSTANCES - 1);
     free(stats);
     free(log);
     free(base);
@@ -1380,6 +1400,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, residual_norm_replaces_the_mid_block_residual_and_norm);
     tcase_add_test(ops, residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input);
     tcase_add_test(ops, residual_norm_falls_back_where_the_last_sum_lands_in_b16);
+    tcase_add_test(ops, swiglu_takes_the_one_element_kernel_where_a_pointer_is_unaligned);
     tcase_add_test(ops, swiglu_falls_back_where_its_output_lands_in_its_input);
     tcase_add_test(ops, an_op_falls_back_while_another_in_its_group_runs);
     tcase_add_test(ops, qk_norm_rope_replaces_the_18_launches_of_q_and_k);
