@@ -194,7 +194,9 @@ const struct h3_op h3_op_norm_cast = {
 
 /* Validated: tests/evidence/2026-11-30-nvidia-h200-residual-rmsnorm-kernel.json (the kernel
  * against PyTorch, 90 M elements, in place too, 0 bits differing) and ...-full-decode-all5.md
- * (the op in every block with the other four ops, bitwise equal, eager and CUDA graphs). */
+ * (the op in every block with the other four ops, bitwise equal, eager and CUDA graphs); the
+ * block's last residual: ...-residual-rmsnorm-kernel-369a5b8.json (no norm outputs) and
+ * ...-full-decode-defaults-369a5b8.md. */
 static const int h3_residual_norm_validated[] = {90};
 
 /* The H3 residual's mul: elementwise_kernel<128,4> over BinaryFunctor<float, float, float,

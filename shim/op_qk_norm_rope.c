@@ -25,7 +25,8 @@
 /* Validated: tests/evidence/2026-11-30-nvidia-h200-qk-norm-rope-kernel.json (every output
  * against PyTorch, 330 M elements, 0 bits differing), the quick decode's per-op arm
  * (2026-11-30-nvidia-h200.md) and ...-full-decode-all5.md (the op in every block with the
- * other four ops, bitwise equal, eager and CUDA graphs). */
+ * other four ops, bitwise equal, eager and CUDA graphs); the four-wide kernel:
+ * 2026-11-30-...-kernels-wide.md, ...-full-decode-defaults-3c0853c.md. */
 static const int h3_qk_validated[] = {90};
 
 enum { QK_CALLS = 18, QK_HEADS = 32 };

@@ -22,7 +22,8 @@ enum { SW_ROWS, SW_WIDTH, SW_IN_STRIDE, SW_SILU_OUT, SW_SILU_IN, SW_MUL_OUT };
 
 /* Validated: tests/evidence/2026-11-29-nvidia-h200-swiglu-kernel.md (every FP16
  * gate pattern, random and adversarial inputs, 0 bits differing) and
- * ...-full-decode-swiglu.md (full decode bitwise equal, eager and graphs). */
+ * ...-full-decode-swiglu.md (full decode bitwise equal, eager and graphs); the
+ * eight-wide kernel: 2026-11-30-...-kernels-wide.md, ...-full-decode-defaults-3c0853c.md. */
 static const int h3_swiglu_validated[] = {90};
 
 static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
