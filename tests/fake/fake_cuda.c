@@ -176,7 +176,20 @@ static void fake_residual(void **p)
     fakelog_call("cuda", "residual_check", 2, words, 0);
 }
 
+static void fake_qk_as(void **p, uint64_t wide);
+
 static void fake_qk(void **p)
+{
+    fake_qk_as(p, 0);
+}
+
+static void fake_qk_wide(void **p)
+{
+    fake_qk_as(p, 1);
+}
+
+/* Logs "qk_check OK DROPPED WIDE". */
+static void fake_qk_as(void **p, uint64_t wide)
 {
     const struct h3_qk_params *q = p[0];
     uint64_t ok = q->tokens == 1797 && q->heads == 32 && q->eps == 1e-5f && q->token_stride == 6144 &&
@@ -187,8 +200,8 @@ static void fake_qk(void **p)
     for (int side = 0; side < 2; side++)
         for (int k = 0; k < 10; k++)
             dropped |= (uint64_t)(((void *const *)&q->side[side])[k] == NULL) << (side * 10 + k);
-    uint64_t words[2] = {ok, dropped};
-    fakelog_call("cuda", "qk_check", 2, words, 0);
+    uint64_t words[3] = {ok, dropped, wide};
+    fakelog_call("cuda", "qk_check", 3, words, 0);
 }
 
 /* Every stream is being captured while FAKE_CAPTURING is set (no capture
@@ -248,7 +261,7 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
     static const size_t qk_sizes[1] = {sizeof(struct h3_qk_params)};
     fake_kernel_init(&fake_module_kernels[3], "h3_qk_norm_rope_f16", 1, qk_sizes, fake_qk);
     fake_kernel_init(&fake_module_kernels[4], "h3_swiglu_f16x8", 7, sizes, fake_swiglu);
-    fake_kernel_init(&fake_module_kernels[5], "h3_qk_norm_rope_f16x4", 1, qk_sizes, fake_qk);
+    fake_kernel_init(&fake_module_kernels[5], "h3_qk_norm_rope_f16x4", 1, qk_sizes, fake_qk_wide);
     *mod = (CUmodule)fake_module_kernels;
     return CUDA_SUCCESS;
 }

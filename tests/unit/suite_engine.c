@@ -745,6 +745,8 @@ START_TEST(qk_norm_rope_replaces_the_18_launches_of_q_and_k)
     check_accounting_ops(stats);
     ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "qk_check 0 "), 0);
+    /* The recorded pointers and strides are aligned: the four-wide kernel every time. */
+    ck_assert_uint_eq(t_count(log, " 1 -> 0\n"), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(base, "exec ") - 17 * T_INSTANCES);
     free(stats);
     free(log);
