@@ -633,7 +633,10 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
         c->reason = "sync";
         h3_match_interrupt();
         h3_flush(q, H3_FLUSH_FOREIGN, c);
-        h3_wcache_observe(c);
+        if (h3_ends_context(c->fn))
+            h3_engine_context_ending(c);
+        else
+            h3_wcache_observe(c);
         return false;
     }
     h3_match_call(c);
@@ -753,6 +756,28 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...))
             line("flush %-16s %lu groups issued untouched (%lu calls)", h3_flush_names[w], n,
                  atomic_load(&h3_flushed_calls[w]));
     }
+}
+
+bool h3_ends_context(enum h3_fn fn)
+{
+    return fn == H3_FN_cudaDeviceReset || fn == H3_FN_cuCtxDestroy_v2 || fn == H3_FN_cuDevicePrimaryCtxReset_v2 ||
+           fn == H3_FN_cuDevicePrimaryCtxRelease_v2;
+}
+
+/*
+ * Before a call that may end a context is forwarded (its held launches
+ * issued): everything the shim made in a context goes while every context
+ * is still alive.  weight_cache frees its copies (a GEMM after a reset must
+ * not read memory of the old context: the allocator may give the new
+ * weights the old addresses); the fused ops' modules and the graph records
+ * are forgotten.  All of it is made again at need.
+ */
+void h3_engine_context_ending(struct h3_call *c)
+{
+    h3_wcache_release_all();
+    h3_kernels_forget();
+    h3_graphs_reset();
+    c->op_how = "context_ending";
 }
 
 void h3_engine_reset(void)

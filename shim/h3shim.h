@@ -484,6 +484,10 @@ bool h3_engine_before(struct h3_call *c);
 /* One stats block: deferred calls, op runs, flushes by reason. */
 void h3_engine_print_stats(void (*line)(const char *fmt, ...));
 void h3_engine_reset(void);
+/* Whether a SYNC call may end a context (cudaDeviceReset, cuCtxDestroy, ...). */
+bool h3_ends_context(enum h3_fn fn);
+/* Before such a call is forwarded: drops what the shim made in contexts (op_how "context_ending"). */
+void h3_engine_context_ending(struct h3_call *c);
 /* In a fork child: the parent's deferred launches are dropped, not issued. */
 void h3_engine_after_fork_child(void);
 
@@ -671,6 +675,8 @@ void h3_wcache_observe(struct h3_call *c);
 void h3_wcache_print_stats(void (*line)(const char *fmt, ...));
 /* H3SHIM_WEIGHT_CACHE_GRAPHS: 1, 0, or -1 when unset (a bad value warns and counts as unset). */
 int h3_wcache_graphs_switch(void);
+/* Frees every copy and its event, and forgets them (a context may be ending). */
+void h3_wcache_release_all(void);
 /* In a fork child: the cache's lock may have been held by a thread the child lacks. */
 void h3_wcache_after_fork_child(void);
 
@@ -682,6 +688,8 @@ size_t h3_kernels_image_size(void);
  * module at first use (never while `stream` is being captured); NULL with
  * *why set (a fallback reason). */
 CUfunction h3_kernels_function(const char *name, const void *stream, const char **why);
+/* Forgets the loaded modules and functions (their context may be ending); loaded again at need. */
+void h3_kernels_forget(void);
 /* Launches kernel `name` of the embedded fatbin with `args` on the stream of
  * the held launch `like`, through the driver entry point of its kind
  * (per-thread default stream or not); NULL, or a fallback reason when

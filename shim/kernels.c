@@ -40,6 +40,14 @@ static struct {
     unsigned nfns;
 } h3_kernels = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+void h3_kernels_forget(void)
+{
+    pthread_mutex_lock(&h3_kernels.lock);
+    h3_kernels.nmod = 0;
+    h3_kernels.nfns = 0;
+    pthread_mutex_unlock(&h3_kernels.lock);
+}
+
 size_t h3_kernels_image_size(void)
 {
     return (size_t)(_binary_kernels_fatbin_end - _binary_kernels_fatbin_start);

@@ -671,6 +671,26 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     return NULL;
 }
 
+void h3_wcache_release_all(void)
+{
+    __typeof__(&cuMemFree_v2) release = H3_LIB_FN(CUDA, cuMemFree_v2);
+    __typeof__(&cuEventDestroy_v2) destroy = H3_LIB_FN(CUDA, cuEventDestroy_v2);
+    pthread_mutex_lock(&h3_wc.lock);
+    for (unsigned i = 0; i < h3_wc.n; i++) {
+        struct h3_wc_entry *e = &h3_wc.e[i];
+        if (release != NULL)
+            release(e->dst);
+        if (e->event != NULL && destroy != NULL)
+            destroy(e->event);
+        atomic_fetch_add_explicit(&h3_wc.drops, e->valid, memory_order_relaxed);
+    }
+    h3_wc.n = 0;
+    h3_wc.bytes = 0;
+    h3_wc.maxlen = 0;
+    h3_wc_bounds();
+    pthread_mutex_unlock(&h3_wc.lock);
+}
+
 void h3_wcache_after_fork_child(void)
 {
     pthread_mutex_init(&h3_wc.lock, NULL);

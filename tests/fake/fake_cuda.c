@@ -225,6 +225,13 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent *ev, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
+FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent ev)
+{
+    uint64_t words[1] = {(uint64_t)(uintptr_t)ev};
+    fakelog_call("cuda", "cuEventDestroy_v2", 1, words, 0);
+    return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id_out,
                                                CUgraph *graph_out, const CUgraphNode **deps,
                                                const CUgraphEdgeData **edges, size_t *ndeps)

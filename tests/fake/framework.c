@@ -459,6 +459,7 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
         pthread_join(t, NULL);
         return o.result;
     }
+    case FW_INSERT_DEVICE_RESET: return cudaDeviceReset();
     case FW_INSERT_COUNT: break;
     }
     return -1;

@@ -27,6 +27,7 @@ enum fw_insert {
     FW_INSERT_COPY_2D,      /* cuMemcpy2DAsync_v2 (driver) on that stream, into insert_ptr (default 0x6000) */
     FW_INSERT_CALLBACK,     /* cuStreamAddCallback on that stream */
     FW_INSERT_OTHER_THREAD, /* a launch of another kernel on that stream, made by another thread (joined) */
+    FW_INSERT_DEVICE_RESET, /* cudaDeviceReset */
     FW_INSERT_COUNT
 };
 

@@ -291,7 +291,7 @@ END_TEST
 
 static const char *const t_insert_names[FW_INSERT_COUNT] = {
     "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream", "nccl", "copy_2d", "callback",
-    "other_thread",
+    "other_thread", "device_reset",
 };
 
 /* The groups of the instance that a call inserted before its call p
@@ -1067,6 +1067,33 @@ START_TEST(weight_cache_casts_each_weight_once)
 }
 END_TEST
 
+START_TEST(weight_cache_lets_go_of_its_copies_when_the_device_is_reset)
+{
+    learn_block();
+    /* cudaDeviceReset before the fifth instance: the 24 copies (and their
+     * events) are freed before the reset is forwarded, and the instances
+     * after it make their copies again: 8 hits before the reset (the fourth
+     * instance), 3 x 8 fills and 2 x 8 hits after it. */
+    t_run.opts = (struct fw_replay_opts){t_block.start, FW_INSERT_DEVICE_RESET, 0, 0, 0};
+    char *stats;
+    char *log = replay_with("wc-reset", t_wc, &stats);
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "weight_cache: 24 copies") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "24 hits, 48 fills, 24 drops") != NULL, "%s", tail_of(stats));
+    const char *reset = strstr(log, "cudaDeviceReset");
+    ck_assert(reset != NULL);
+    /* Freed before the reset, none after. */
+    char *head = strndup(log, (size_t)(reset - log));
+    ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 24);
+    ck_assert_uint_eq(count_lines_starting(head, "cuEventDestroy_v2 "), 24);
+    ck_assert_uint_eq(count_lines_starting(log, "cuMemFree_v2 "), 24);
+    free(head);
+    free(stats);
+    free(log);
+}
+END_TEST
+
 /* The FP32 source pointer of the fifth instance's weight cast (call 2): the
  * second pointer of its third parameter, from the replay file. */
 static uintptr_t fifth_weight(void)
@@ -1394,6 +1421,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_in_a_graph_refills_what_was_dropped);
     tcase_add_test(ops, weight_cache_in_a_graph_that_writes_a_weight);
     tcase_add_test(ops, weight_cache_graph_mode_follows_its_validation);
+    tcase_add_test(ops, weight_cache_lets_go_of_its_copies_when_the_device_is_reset);
     tcase_add_test(ops, nothing_is_held_back_without_driver_interposition);
     tcase_add_test(ops, swiglu_and_weight_cache_share_a_group);
     tcase_add_test(ops, switches_choose_the_ops);
