@@ -682,7 +682,6 @@ void h3_wcache_release_all(void)
             release(e->dst);
         if (e->event != NULL && destroy != NULL)
             destroy(e->event);
-        atomic_fetch_add_explicit(&h3_wc.drops, e->valid, memory_order_relaxed);
     }
     h3_wc.n = 0;
     h3_wc.bytes = 0;
