@@ -364,9 +364,14 @@ static void h3_queue_free(void *arg)
 
 static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_call *c);
 
+/* Set at process exit: a context the runtime then releases takes the shim's
+ * copies with it, and the process ends, so nothing is freed one by one. */
+static atomic_bool h3_exiting;
+
 /* At process exit: what any thread still holds is issued (as by a call on the legacy stream). */
 static void h3_engine_at_exit(void)
 {
+    atomic_store(&h3_exiting, true);
     struct h3_queue *q = h3_queue;
     if (q != NULL) {
         pthread_mutex_lock(&q->lock);
@@ -770,10 +775,13 @@ bool h3_ends_context(enum h3_fn fn)
  * is still alive.  weight_cache frees its copies (a GEMM after a reset must
  * not read memory of the old context: the allocator may give the new
  * weights the old addresses); the fused ops' modules and the graph records
- * are forgotten.  All of it is made again at need.
+ * are forgotten.  All of it is made again at need.  Not at process exit
+ * (the runtime may release its contexts then): the process takes it all.
  */
 void h3_engine_context_ending(struct h3_call *c)
 {
+    if (atomic_load(&h3_exiting))
+        return;
     h3_wcache_release_all();
     h3_kernels_forget();
     h3_graphs_reset();
