@@ -344,6 +344,12 @@ static struct h3_rn_launches h3_rn_read(const struct h3_deferred *mul, const str
     return l;
 }
 
+/* Whether the residual kernel's vector accesses fit the launches' pointers. */
+static bool h3_rn_aligned(const struct h3_rn_launches *l)
+{
+    return l->p % 16 == 0 && l->h % 16 == 0 && l->h_out % 16 == 0 && l->scale % 16 == 0 && l->b16 % 4 == 0;
+}
+
 /* The block's last residual, no norm after it: p = b16 * scale and h' = h
  * + p, by h3_residual_rmsnorm_f32 with every norm output left out.  The
  * kernel reads its inputs' elements before writing its outputs' in their
@@ -354,33 +360,31 @@ static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struc
 {
     if (mul->stream != add->stream || mul->fn != add->fn)
         return "streams_differ";
-    const struct h3_rn_launches l = h3_rn_read(mul, add);
-    uint64_t p = l.p, b16 = l.b16, scale = l.scale, h_out = l.h_out, h = l.h, p_in = l.p_in;
-    uint32_t count = l.count, width = l.width, b_row = l.b_row;
-    if (p_in != p || width == 0 || width % 4 != 0 || count % width != 0 || b_row % 4 != 0)
+    struct h3_rn_launches l = h3_rn_read(mul, add);
+    if (l.p_in != l.p || l.width == 0 || l.width % 4 != 0 || l.count % l.width != 0 || l.b_row % 4 != 0)
         return "layout";
-    if (p % 16 != 0 || h % 16 != 0 || h_out % 16 != 0 || scale % 16 != 0 || b16 % 4 != 0)
+    if (!h3_rn_aligned(&l))
         return "unaligned";
-    unsigned rows = count / width;
-    long long b_stride = b_row / 2;
-    const uint64_t f32 = (uint64_t)count * 4;
-    struct h3_span out[2] = {{p, p + f32}, {h_out, h_out + f32}};
-    const struct h3_span in[3] = {{h, h + f32},
-                                  {b16, b16 + ((uint64_t)rows - 1) * (uint64_t)b_row + (uint64_t)width * 2},
-                                  {scale, scale + (uint64_t)width * 4}};
+    unsigned rows = l.count / l.width;
+    long long b_stride = l.b_row / 2;
+    const uint64_t f32 = (uint64_t)l.count * 4;
+    struct h3_span out[2] = {{l.p, l.p + f32}, {l.h_out, l.h_out + f32}};
+    const struct h3_span in[3] = {{l.h, l.h + f32},
+                                  {l.b16, l.b16 + ((uint64_t)rows - 1) * (uint64_t)l.b_row + (uint64_t)l.width * 2},
+                                  {l.scale, l.scale + (uint64_t)l.width * 4}};
     uint64_t freed = h3_outputs_freed(out, 2);
     if ((freed >> 1) & 1)
         return "aliased";
     for (unsigned i = 0; i < 2; i++)
         for (unsigned k = 0; k < 3 && !((freed >> i) & 1); k++)
-            if (h3_spans_overlap(out[i], in[k]) && !(k == 0 && out[i].lo == h))
+            if (h3_spans_overlap(out[i], in[k]) && !(k == 0 && out[i].lo == l.h))
                 return "aliased";
     if (freed & 1)
-        p = 0;
-    int n = (int)width;
+        l.p = 0;
+    int n = (int)l.width;
     float eps = 0.0f;
     void *none = NULL;
-    void *args[] = {&b16, &b_stride, &scale, &h, &p, &h_out, &none, &eps, &n, &none, &none, &none};
+    void *args[] = {&l.b16, &b_stride, &l.scale, &l.h, &l.p, &l.h_out, &none, &eps, &n, &none, &none, &none};
     const unsigned grid[3] = {rows, 1, 1}, block[3] = {32, 4, 1};
     return h3_kernels_launch("h3_residual_rmsnorm_f32", add, grid, block, args);
 }
@@ -397,17 +401,15 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         return why;
     if (mul->stream != norm->stream || add->stream != norm->stream || mul->fn != norm->fn || add->fn != norm->fn)
         return "streams_differ";
-    const struct h3_rn_launches l = h3_rn_read(mul, add);
-    uint64_t p = l.p, b16 = l.b16, scale = l.scale, h_out = l.h_out, h = l.h, p_in = l.p_in;
-    uint32_t count = l.count, width = l.width, b_row = l.b_row;
-    if (p_in != p || h_out != a.x || width != (uint32_t)a.n || (long long)count != (long long)a.rows * a.n)
+    struct h3_rn_launches l = h3_rn_read(mul, add);
+    if (l.p_in != l.p || l.h_out != a.x || l.width != (uint32_t)a.n || (long long)l.count != (long long)a.rows * a.n)
         return "layout";
-    if (p % 16 != 0 || h % 16 != 0 || h_out % 16 != 0 || scale % 16 != 0 || b16 % 4 != 0)
+    if (!h3_rn_aligned(&l))
         return "unaligned";
-    long long b_stride = b_row / 2;
+    long long b_stride = l.b_row / 2;
     const char *clash;
-    if (!h3_rn_fusable(&a, b16, b_stride, scale, h, &p, &h_out, &clash)) {
-        a.x = h_out; /* norm_cast's read of the norm saw it so */
+    if (!h3_rn_fusable(&a, l.b16, b_stride, l.scale, l.h, &l.p, &l.h_out, &clash)) {
+        a.x = l.h_out; /* norm_cast's read of the norm saw it so */
         if (!h3_nc_outputs(&a))
             return "aliased";
         if (h3_kernels_function("h3_rmsnorm_f32", norm->stream, &why) == NULL)
@@ -420,7 +422,7 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         h3_op_note(&h3_op_residual_norm, clash);
         return NULL;
     }
-    void *args[] = {&b16, &b_stride, &scale, &h, &p, &h_out, &a.gamma, &a.eps, &a.n, &a.y, &a.rstd, &a.out};
+    void *args[] = {&l.b16, &b_stride, &l.scale, &l.h, &l.p, &l.h_out, &a.gamma, &a.eps, &a.n, &a.y, &a.rstd, &a.out};
     const unsigned grid[3] = {a.rows, 1, 1}, block[3] = {32, 4, 1};
     return h3_kernels_launch("h3_residual_rmsnorm_f32", norm, grid, block, args);
 }

@@ -69,26 +69,25 @@ def y16_in_h(lines):
     sys.exit("replay_alias: no block with the norm's output in the product's memory")
 
 
-def swiglu_out_in_gate(lines):
+def move_swiglu_out(lines, where):
+    """Moves the first block's product silu(g) * x (call 36) to where(gate, out), and w2's input with it."""
     for i, line in enumerate(lines):
         t = line.split(" ")
         if t[0] != "L" or "silu_kernel" not in t[1] or MUL_F16 not in lines[i + 1]:
             continue
         gate = ptr(t[-1], DATA2 + 8)  # silu's input
-        move(lines, i + 1, DATA3, gate + 4096, 4)
+        out = ptr(lines[i + 1].split(" ")[-1], DATA3)
+        move(lines, i + 1, DATA3, where(gate, out), 4)
         return
     sys.exit("replay_alias: no silu launch followed by its mul")
+
+
+def swiglu_out_in_gate(lines):
+    move_swiglu_out(lines, lambda gate, out: gate + 4096)
 
 
 def swiglu_out_unaligned(lines):
-    for i, line in enumerate(lines):
-        t = line.split(" ")
-        if t[0] != "L" or "silu_kernel" not in t[1] or MUL_F16 not in lines[i + 1]:
-            continue
-        out = ptr(lines[i + 1].split(" ")[-1], DATA3)
-        move(lines, i + 1, DATA3, out + 2, 4)
-        return
-    sys.exit("replay_alias: no silu launch followed by its mul")
+    move_swiglu_out(lines, lambda gate, out: out + 2)
 
 
 def last_h_in_b16(lines):

@@ -1067,33 +1067,6 @@ START_TEST(weight_cache_casts_each_weight_once)
 }
 END_TEST
 
-START_TEST(weight_cache_lets_go_of_its_copies_when_the_device_is_reset)
-{
-    learn_block();
-    /* cudaDeviceReset before the fifth instance: the 24 copies (and their
-     * events) are freed before the reset is forwarded, and the instances
-     * after it make their copies again: 8 hits before the reset (the fourth
-     * instance), 3 x 8 fills and 2 x 8 hits after it. */
-    t_run.opts = (struct fw_replay_opts){t_block.start, FW_INSERT_DEVICE_RESET, 0, 0, 0};
-    char *stats;
-    char *log = replay_with("wc-reset", t_wc, &stats);
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
-    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "weight_cache: 24 copies") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "24 hits, 48 fills, 0 drops") != NULL, "%s", tail_of(stats));
-    const char *reset = strstr(log, "cudaDeviceReset");
-    ck_assert(reset != NULL);
-    /* Freed before the reset, none after. */
-    char *head = strndup(log, (size_t)(reset - log));
-    ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 24);
-    ck_assert_uint_eq(count_lines_starting(head, "cuEventDestroy_v2 "), 24);
-    ck_assert_uint_eq(count_lines_starting(log, "cuMemFree_v2 "), 24);
-    free(head);
-    free(stats);
-    free(log);
-}
-END_TEST
-
 /* The FP32 source pointer of the fifth instance's weight cast (call 2): the
  * second pointer of its third parameter, from the replay file. */
 static uintptr_t fifth_weight(void)
@@ -1122,17 +1095,28 @@ static uintptr_t fifth_weight(void)
     return (uintptr_t)p;
 }
 
+/* Replays with weight_cache on and `what` (at `ptr`) inserted right before
+ * the fifth instance (learn_block() first); the stats must hold each of
+ * `want` (NULL-terminated).  Returns the fakes' log. */
+#define T_WANT(...) ((const char *const[]){__VA_ARGS__, NULL})
+static char *replay_wc_after_insert(const char *tag, enum fw_insert what, uintptr_t ptr, const char *const *want)
+{
+    t_run.opts = (struct fw_replay_opts){t_block.start, what, 0, 0, ptr};
+    char *stats;
+    char *log = replay_with(tag, t_wc, &stats);
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
+    for (; *want != NULL; want++)
+        ck_assert_msg(strstr(stats, *want) != NULL, "%s: expected '%s' in\n%s", tag, *want, tail_of(stats));
+    free(stats);
+    return log;
+}
+
 START_TEST(weight_cache_drops_a_copy_whose_source_is_written)
 {
     learn_block();
-    /* A memset into the fifth instance's to_qkv weight, right before that
-     * instance: its copy is dropped and made again, nothing else. */
-    t_run.opts = (struct fw_replay_opts){t_block.start, FW_INSERT_MEMSET, 0, 0, fifth_weight()};
-    char *stats;
-    char *log = replay_with("wc-write", t_wc, &stats);
-    ck_assert_msg(strstr(stats, "47 hits, 25 fills, 1 drops") != NULL, "%s", tail_of(stats));
-    free(stats);
-    free(log);
+    /* A memset into the fifth instance's to_qkv weight: its copy is dropped
+     * and made again, nothing else. */
+    free(replay_wc_after_insert("wc-write", FW_INSERT_MEMSET, fifth_weight(), T_WANT("47 hits, 25 fills, 1 drops")));
 }
 END_TEST
 
@@ -1140,29 +1124,20 @@ START_TEST(weight_cache_drops_a_copy_a_launch_may_write)
 {
     learn_block();
     /* A kernel launched with a pointer into the fifth instance's to_qkv
-     * weight, right before that instance, after four blocks of launches
-     * whose activation pointers lie between the weights (each thread
-     * remembers such gaps): that copy is dropped and made again. */
-    t_run.opts = (struct fw_replay_opts){t_block.start, FW_INSERT_KERNEL, 0, 0, fifth_weight() + 4096};
-    char *stats;
-    char *log = replay_with("wc-launch-write", t_wc, &stats);
-    ck_assert_msg(strstr(stats, "47 hits, 25 fills, 1 drops") != NULL, "%s", tail_of(stats));
-    free(stats);
-    free(log);
+     * weight, after four blocks of launches whose activation pointers lie
+     * between the weights: that copy is dropped and made again. */
+    free(replay_wc_after_insert("wc-launch-write", FW_INSERT_KERNEL, fifth_weight() + 4096,
+                                T_WANT("47 hits, 25 fills, 1 drops")));
 }
 END_TEST
 
 START_TEST(weight_cache_drops_a_copy_a_2d_copy_writes)
 {
     learn_block();
-    /* A driver cuMemcpy2DAsync into the fifth instance's to_qkv weight, right
-     * before that instance: that copy is dropped and made again. */
-    t_run.opts = (struct fw_replay_opts){t_block.start, FW_INSERT_COPY_2D, 0, 0, fifth_weight() + 64};
-    char *stats;
-    char *log = replay_with("wc-copy2d", t_wc, &stats);
-    ck_assert_msg(strstr(stats, "47 hits, 25 fills, 1 drops") != NULL, "%s", tail_of(stats));
-    free(stats);
-    free(log);
+    /* A driver cuMemcpy2DAsync into the fifth instance's to_qkv weight: that
+     * copy is dropped and made again. */
+    free(replay_wc_after_insert("wc-copy2d", FW_INSERT_COPY_2D, fifth_weight() + 64,
+                                T_WANT("47 hits, 25 fills, 1 drops")));
 }
 END_TEST
 
@@ -1171,11 +1146,28 @@ START_TEST(weight_cache_drops_everything_at_an_nccl_launch)
     learn_block();
     /* An NCCL kernel finds its buffers through device memory: before the
      * fifth instance, every copy made so far is dropped. */
-    t_run.opts = (struct fw_replay_opts){t_block.start, FW_INSERT_NCCL, 0, 0, 0};
-    char *stats;
-    char *log = replay_with("wc-nccl", t_wc, &stats);
-    ck_assert_msg(strstr(stats, "24 hits, 48 fills, 24 drops") != NULL, "%s", tail_of(stats));
-    free(stats);
+    free(replay_wc_after_insert("wc-nccl", FW_INSERT_NCCL, 0, T_WANT("24 hits, 48 fills, 24 drops")));
+}
+END_TEST
+
+START_TEST(weight_cache_lets_go_of_its_copies_when_the_device_is_reset)
+{
+    learn_block();
+    /* cudaDeviceReset before the fifth instance: the 24 copies (and their
+     * events) are freed before the reset is forwarded, and the instances
+     * after it make their copies again: 8 hits before the reset (the fourth
+     * instance), 3 x 8 fills and 2 x 8 hits after it. */
+    char *log = replay_wc_after_insert("wc-reset", FW_INSERT_DEVICE_RESET, 0,
+                                       T_WANT("op weight_cache 36 groups run (108 calls)", "weight_cache: 24 copies",
+                                              "24 hits, 48 fills, 0 drops"));
+    const char *reset = strstr(log, "cudaDeviceReset");
+    ck_assert(reset != NULL);
+    /* Freed before the reset, none after. */
+    char *head = strndup(log, (size_t)(reset - log));
+    ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 24);
+    ck_assert_uint_eq(count_lines_starting(head, "cuEventDestroy_v2 "), 24);
+    ck_assert_uint_eq(count_lines_starting(log, "cuMemFree_v2 "), 24);
+    free(head);
     free(log);
 }
 END_TEST
