@@ -22,6 +22,7 @@
  * dense (x, y, y16 at row * n); n % 4 == 0 and 16-byte aligned rows, as the
  * reference's vectorised path requires.
  */
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 /* The steps above for kernels built on them (residual_rmsnorm).  The
@@ -129,15 +130,14 @@ extern "C" __global__ void __launch_bounds__(128)
  * were allocated.  A thread writes those elements only after it read the
  * inputs in their place, so that stays exact (the op checks the rest).
  */
-extern "C" __global__ void __launch_bounds__(128)
-    h3_residual_rmsnorm_f32(const __half *b16, long long b_stride, const float *__restrict__ scale, const float *h,
-                            float *p_out, float *h_out, const float *__restrict__ gamma, float eps, int n, float *y,
-                            float *__restrict__ rstd, __half *y16)
+/* One row of residual_rmsnorm, by one 32x4 block: `bv` is the row's b16 as
+ * half2 pairs (in global memory, or staged in shared memory). */
+__device__ static inline void h3_residual_row(const __half2 *bv, const float *__restrict__ scale, const float *h,
+                                              float *p_out, float *h_out, const float *__restrict__ gamma, float eps,
+                                              int n, float *y, float *__restrict__ rstd, __half *y16, long long row)
 {
-    const long long row = blockIdx.x;
     const int t = threadIdx.x + 32 * threadIdx.y, nvec = n / 4;
     const float4 *hv = reinterpret_cast<const float4 *>(h + row * n), *sv = reinterpret_cast<const float4 *>(scale);
-    const __half2 *bv = reinterpret_cast<const __half2 *>(b16 + row * b_stride);
     float4 *pv = reinterpret_cast<float4 *>(p_out + row * n), *ov = reinterpret_cast<float4 *>(h_out + row * n);
     float s = 0.0f;
     for (int i = t; i < nvec; i += 128) {
@@ -158,4 +158,45 @@ extern "C" __global__ void __launch_bounds__(128)
                        y16 != nullptr ? y16 + row * n : nullptr);
     if (t == 0 && rstd != nullptr)
         rstd[row] = r;
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+    h3_residual_rmsnorm_f32(const __half *b16, long long b_stride, const float *__restrict__ scale, const float *h,
+                            float *p_out, float *h_out, const float *__restrict__ gamma, float eps, int n, float *y,
+                            float *__restrict__ rstd, __half *y16)
+{
+    const long long row = blockIdx.x;
+    h3_residual_row(reinterpret_cast<const __half2 *>(b16 + row * b_stride), scale, h, p_out, h_out, gamma, eps, n,
+                    y, rstd, y16, row);
+}
+
+/*
+ * residual_rmsnorm_staged: the same rows, for outputs PyTorch put in b16's
+ * memory at any offset (h' over b16, where row r of h' covers b16 rows 2r
+ * and 2r+1, which other blocks read).  Launched cooperatively, every block
+ * resident: each block first copies the b16 rows it will use (rows
+ * blockIdx.x, + gridDim.x, ...) to shared memory (`rows_per_block` rows of n
+ * halves, the launch's dynamic shared memory), the whole grid waits until
+ * every row is copied, then each row runs exactly as in the kernel above,
+ * from the copy.  The arithmetic is the same code, so the bits are too.
+ */
+extern "C" __global__ void __launch_bounds__(128)
+    h3_residual_rmsnorm_f32_staged(const __half *b16, long long b_stride, const float *__restrict__ scale,
+                                   const float *h, float *p_out, float *h_out, const float *__restrict__ gamma,
+                                   float eps, int n, float *y, float *__restrict__ rstd, __half *y16, int rows)
+{
+    extern __shared__ __half2 h3_staged[];
+    const int t = threadIdx.x + 32 * threadIdx.y, pairs = n / 2;
+    int k = 0;
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x, k++) {
+        const __half2 *bv = reinterpret_cast<const __half2 *>(b16 + row * b_stride);
+        for (int i = t; i < pairs; i += 128)
+            h3_staged[k * pairs + i] = bv[i];
+    }
+    cooperative_groups::this_grid().sync();
+    k = 0;
+    for (long long row = blockIdx.x; row < rows; row += gridDim.x, k++) {
+        h3_residual_row(h3_staged + k * pairs, scale, h, p_out, h_out, gamma, eps, n, y, rstd, y16, row);
+        __syncthreads(); /* h3_block_rstd's warp sums are reused by the next row */
+    }
 }

@@ -696,6 +696,15 @@ void h3_kernels_forget(void);
  * nothing was launched ("launch_failed": the launch returned an error). */
 const char *h3_kernels_launch(const char *name, const struct h3_deferred *like, const unsigned grid[3],
                               const unsigned block[3], void **args);
+/* Launches kernel `name`, of 32x4 threads per block, cooperatively (every
+ * block resident at once, so that it may wait for the whole grid) over
+ * `rows` rows, each block taking rows blockIdx.x, + gridDim.x, ... and
+ * `row_bytes` of dynamic shared memory per row it takes: the fewest rows per
+ * block that fit on the device (at most 48 KiB a block).  NULL, or a
+ * fallback reason when nothing was launched ("too_many_rows",
+ * "no_cooperative_launch", "launch_failed", or h3_kernels_function's). */
+const char *h3_kernels_launch_staged(const char *name, const struct h3_deferred *like, unsigned rows,
+                                     unsigned row_bytes, void **args);
 /* The current device's compute capability as major*10+minor, -1 unknown. */
 int h3_kernels_sm(void);
 /* Whether `stream` is being captured into a CUDA graph (unknown counts as

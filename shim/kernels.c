@@ -2,8 +2,9 @@
  * The fused ops' kernels: the fatbin of kernels/ (one .cu file per op) that the Makefile embeds
  * in the library, loaded with the driver API into each context at first use.
  *
- * Owns: the per-context modules, the per-(context, name) functions, and the
- * per-device compute capability.
+ * Owns: the per-context modules, the per-(context, name) functions, how many
+ * blocks of a function fit on its device at once (cooperative launches), and
+ * the per-device compute capability.
  * Invariants: the shim has no CUDA runtime of its own; nothing is loaded
  * before an op first runs in a context; a failure is reported once per
  * cause and makes the op fall back (the caller's calls are issued
@@ -15,6 +16,7 @@
  */
 #include "h3shim.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,12 @@ struct h3_kernel_fn {
     CUfunction fn;
 };
 
+/* How many blocks of a function fit on its device at once, for a dynamic shared memory size. */
+struct h3_kernel_fit {
+    CUfunction fn;
+    unsigned smem, blocks;
+};
+
 static struct {
     pthread_mutex_t lock;
     void *image; /* the fatbin, 16-byte aligned (the embedded copy need not be) */
@@ -38,6 +46,8 @@ static struct {
     unsigned nmod;
     struct h3_kernel_fn fns[H3_KERNELS_MAX];
     unsigned nfns;
+    struct h3_kernel_fit fits[H3_KERNELS_MAX];
+    unsigned nfits;
 } h3_kernels = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 void h3_kernels_forget(void)
@@ -45,6 +55,7 @@ void h3_kernels_forget(void)
     pthread_mutex_lock(&h3_kernels.lock);
     h3_kernels.nmod = 0;
     h3_kernels.nfns = 0;
+    h3_kernels.nfits = 0;
     pthread_mutex_unlock(&h3_kernels.lock);
 }
 
@@ -136,23 +147,93 @@ CUfunction h3_kernels_function(const char *name, const void *stream, const char 
     return fn;
 }
 
+/* Launches fn on the stream of `like` through the driver entry point of its
+ * kind (per-thread default stream or not), cooperatively or not. */
+static const char *h3_launch_fn(CUfunction fn, const struct h3_deferred *like, const unsigned grid[3],
+                                const unsigned block[3], unsigned smem, bool cooperative, void **args)
+{
+    bool ptsz = like->fn == H3_FN___cudaLaunchKernel_ptsz || like->fn == H3_FN_cudaLaunchKernel_ptsz ||
+                like->fn == H3_FN_cuLaunchKernel_ptsz;
+    CUstream stream = (CUstream)(uintptr_t)like->stream;
+    CUresult res;
+    uint64_t t0;
+    if (cooperative) {
+        __typeof__(&cuLaunchCooperativeKernel) launch =
+            h3_real_fn(ptsz ? H3_FN_cuLaunchCooperativeKernel_ptsz : H3_FN_cuLaunchCooperativeKernel);
+        if (launch == NULL)
+            return "no_driver";
+        t0 = h3_forward_begin();
+        res = launch(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream, args);
+    } else {
+        __typeof__(&cuLaunchKernel) launch = h3_real_fn(ptsz ? H3_FN_cuLaunchKernel_ptsz : H3_FN_cuLaunchKernel);
+        if (launch == NULL)
+            return "no_driver";
+        t0 = h3_forward_begin();
+        res = launch(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, stream, args, NULL);
+    }
+    h3_forward_end(t0);
+    return res == CUDA_SUCCESS ? NULL : "launch_failed";
+}
+
 const char *h3_kernels_launch(const char *name, const struct h3_deferred *like, const unsigned grid[3],
                               const unsigned block[3], void **args)
 {
     const char *why = NULL;
     CUfunction fn = h3_kernels_function(name, like->stream, &why);
+    return fn == NULL ? why : h3_launch_fn(fn, like, grid, block, 0, false, args);
+}
+
+/* How many blocks of `threads` threads and `smem` bytes of dynamic shared
+ * memory of fn can be resident at once on the current device: 0 when the
+ * device cannot launch cooperatively or the driver cannot say.  Remembered
+ * per (function, smem). */
+static unsigned h3_resident_blocks(CUfunction fn, unsigned threads, unsigned smem)
+{
+    unsigned found = UINT_MAX;
+    pthread_mutex_lock(&h3_kernels.lock);
+    for (unsigned i = 0; i < h3_kernels.nfits && found == UINT_MAX; i++)
+        if (h3_kernels.fits[i].fn == fn && h3_kernels.fits[i].smem == smem)
+            found = h3_kernels.fits[i].blocks;
+    pthread_mutex_unlock(&h3_kernels.lock);
+    if (found != UINT_MAX)
+        return found;
+    __typeof__(&cuCtxGetDevice) get_device = H3_LIB_FN(CUDA, cuCtxGetDevice);
+    __typeof__(&cuDeviceGetAttribute) attr = H3_LIB_FN(CUDA, cuDeviceGetAttribute);
+    __typeof__(&cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy =
+        H3_LIB_FN(CUDA, cuOccupancyMaxActiveBlocksPerMultiprocessor);
+    CUdevice dev;
+    int coop = 0, sms = 0, per_sm = 0;
+    if (get_device == NULL || attr == NULL || occupancy == NULL || get_device(&dev) != CUDA_SUCCESS ||
+        attr(&coop, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, dev) != CUDA_SUCCESS ||
+        attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS ||
+        occupancy(&per_sm, fn, (int)threads, smem) != CUDA_SUCCESS || coop == 0 || sms <= 0 || per_sm <= 0)
+        found = 0;
+    else
+        found = (unsigned)sms * (unsigned)per_sm;
+    pthread_mutex_lock(&h3_kernels.lock);
+    if (h3_kernels.nfits < H3_KERNELS_MAX)
+        h3_kernels.fits[h3_kernels.nfits++] = (struct h3_kernel_fit){fn, smem, found};
+    pthread_mutex_unlock(&h3_kernels.lock);
+    return found;
+}
+
+const char *h3_kernels_launch_staged(const char *name, const struct h3_deferred *like, unsigned rows,
+                                     unsigned row_bytes, void **args)
+{
+    const char *why = NULL;
+    CUfunction fn = h3_kernels_function(name, like->stream, &why);
     if (fn == NULL)
         return why;
-    bool ptsz = like->fn == H3_FN___cudaLaunchKernel_ptsz || like->fn == H3_FN_cudaLaunchKernel_ptsz ||
-                like->fn == H3_FN_cuLaunchKernel_ptsz;
-    __typeof__(&cuLaunchKernel) launch = h3_real_fn(ptsz ? H3_FN_cuLaunchKernel_ptsz : H3_FN_cuLaunchKernel);
-    if (launch == NULL)
-        return "no_driver";
-    uint64_t t0 = h3_forward_begin();
-    CUresult res = launch(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
-                          (CUstream)(uintptr_t)like->stream, args, NULL);
-    h3_forward_end(t0);
-    return res == CUDA_SUCCESS ? NULL : "launch_failed";
+    const unsigned block[3] = {32, 4, 1};
+    for (unsigned per = 1; rows > 0 && row_bytes > 0 && per * row_bytes <= 48u * 1024; per++) {
+        unsigned resident = h3_resident_blocks(fn, 128, per * row_bytes);
+        if (resident == 0)
+            return "no_cooperative_launch";
+        const unsigned grid[3] = {(rows + per - 1) / per, 1, 1};
+        if (grid[0] <= resident)
+            return h3_launch_fn(fn, like, grid, block, per * row_bytes, true, args);
+    }
+    return "too_many_rows";
 }
 
 int h3_kernels_sm(void)

@@ -273,15 +273,17 @@ static unsigned h3_rn_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
  * input element before it writes the output element in its place: an FP32
  * row output at h itself, or y16 at b16 itself with dense rows.  PyTorch
  * gives freed memory to later outputs at any offset, though, where their
- * rows fall on other blocks' input rows.  Then (false) the op keeps what is
- * exact: the held mul and add are issued as they were, then the norm and
- * its cast as one kernel (norm_cast's).  *clash names the first overlap
- * found ("h_in_b16": h' in b16's memory).  (Leaving only y16 to the held
- * cast would be exact too, but it never happened in the decode, so it would
- * be a path without GPU evidence.)
+ * rows fall on other blocks' input rows: most often h' in b16's memory,
+ * freed after the mul.  With `staged` an output may overlap b16 anywhere:
+ * the staged kernel reads all of b16 before it writes anything.  False when
+ * an overlap remains; *clash names the first found ("h_in_b16": h' in b16's
+ * memory).  Then the op keeps what is exact: the held mul and add are issued
+ * as they were, then the norm and its cast as one kernel (norm_cast's).
+ * (Leaving only y16 to the held cast would be exact too, but it never
+ * happened in the decode, so it would be a path without GPU evidence.)
  */
 static bool h3_rn_fusable(struct h3_nc_args *a, uint64_t b16, long long b_stride, uint64_t scale, uint64_t h,
-                          uint64_t *p, uint64_t *h_out, const char **clash)
+                          uint64_t *p, uint64_t *h_out, bool staged, const char **clash)
 {
     enum { P, H_OUT, Y, RSTD, Y16 };
     static const char *const names[5][4] = {
@@ -309,7 +311,8 @@ static bool h3_rn_fusable(struct h3_nc_args *a, uint64_t b16, long long b_stride
     for (unsigned i = 0; i < 5; i++) {
         if ((freed >> i) & 1)
             continue;
-        const bool in_place[4] = {i <= Y && out[i].lo == h, i == Y16 && out[i].lo == b16 && b_stride == a->n};
+        const bool in_place[4] = {i <= Y && out[i].lo == h,
+                                  staged || (i == Y16 && out[i].lo == b16 && b_stride == a->n)};
         for (unsigned k = 0; k < 4; k++)
             if (h3_spans_overlap(out[i], in[k]) && !in_place[k]) {
                 *clash = names[i][k];
@@ -350,12 +353,28 @@ static bool h3_rn_aligned(const struct h3_rn_launches *l)
     return l->p % 16 == 0 && l->h % 16 == 0 && l->h_out % 16 == 0 && l->scale % 16 == 0 && l->b16 % 4 == 0;
 }
 
+/* The residual kernel over `rows` rows: h3_residual_rmsnorm_f32, or with
+ * `staged` its cooperative form that reads all of b16 first. */
+static const char *h3_rn_launch(const struct h3_deferred *like, unsigned rows, bool staged, void **args12)
+{
+    if (!staged) {
+        const unsigned grid[3] = {rows, 1, 1}, block[3] = {32, 4, 1};
+        return h3_kernels_launch("h3_residual_rmsnorm_f32", like, grid, block, args12);
+    }
+    int nrows = (int)rows, n = *(const int *)args12[8];
+    void *args[13];
+    memcpy(args, args12, 12 * sizeof(void *));
+    args[12] = &nrows;
+    return h3_kernels_launch_staged("h3_residual_rmsnorm_f32_staged", like, rows, (unsigned)n * 2, args);
+}
+
 /* The block's last residual, no norm after it: p = b16 * scale and h' = h
  * + p, by h3_residual_rmsnorm_f32 with every norm output left out.  The
  * kernel reads its inputs' elements before writing its outputs' in their
  * place, which is exact only where they share the indexing: p or h' at h.
  * PyTorch often gives h' the memory of b16 (freed after the mul), whose
- * rows other blocks read: then the launches run as they were (aliased). */
+ * rows other blocks read: then the staged kernel runs, which reads all of
+ * b16 first, or where it cannot, the launches run as they were (aliased). */
 static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struct h3_deferred *add)
 {
     if (mul->stream != add->stream || mul->fn != add->fn)
@@ -375,18 +394,27 @@ static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struc
     uint64_t freed = h3_outputs_freed(out, 2);
     if ((freed >> 1) & 1)
         return "aliased";
+    bool staged = false;
     for (unsigned i = 0; i < 2; i++)
         for (unsigned k = 0; k < 3 && !((freed >> i) & 1); k++)
-            if (h3_spans_overlap(out[i], in[k]) && !(k == 0 && out[i].lo == l.h))
-                return "aliased";
+            if (h3_spans_overlap(out[i], in[k]) && !(k == 0 && out[i].lo == l.h)) {
+                if (k != 1)
+                    return "aliased";
+                staged = true;
+            }
     if (freed & 1)
         l.p = 0;
     int n = (int)l.width;
     float eps = 0.0f;
     void *none = NULL;
-    void *args[] = {&l.b16, &b_stride, &l.scale, &l.h, &l.p, &l.h_out, &none, &eps, &n, &none, &none, &none};
-    const unsigned grid[3] = {rows, 1, 1}, block[3] = {32, 4, 1};
-    return h3_kernels_launch("h3_residual_rmsnorm_f32", add, grid, block, args);
+    void *args[] = {&l.b16, &b_stride, &l.scale, &l.h, &l.p, &l.h_out, &none, &eps, &n,
+                    &none, &none, &none};
+    const char *why = h3_rn_launch(add, rows, staged, args);
+    if (staged && why != NULL)
+        return "aliased";
+    if (staged)
+        h3_op_note(&h3_op_residual_norm, "staged");
+    return why;
 }
 
 static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
@@ -407,8 +435,19 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
     if (!h3_rn_aligned(&l))
         return "unaligned";
     long long b_stride = l.b_row / 2;
-    const char *clash;
-    if (!h3_rn_fusable(&a, l.b16, b_stride, l.scale, l.h, &l.p, &l.h_out, &clash)) {
+    const char *clash, *staged_clash;
+    struct h3_nc_args sa = a;
+    struct h3_rn_launches sl = l;
+    if (!h3_rn_fusable(&a, l.b16, b_stride, l.scale, l.h, &l.p, &l.h_out, false, &clash)) {
+        /* Outputs in b16's memory: the staged kernel, on copies of what the
+         * check changes, so that the fallback below still sees the launches. */
+        bool staged = h3_rn_fusable(&sa, sl.b16, b_stride, sl.scale, sl.h, &sl.p, &sl.h_out, true, &staged_clash);
+        void *args[] = {&sl.b16, &b_stride, &sl.scale, &sl.h, &sl.p, &sl.h_out, &sa.gamma,
+                        &sa.eps, &sa.n, &sa.y, &sa.rstd, &sa.out};
+        if (staged && h3_rn_launch(norm, sa.rows, true, args) == NULL) {
+            h3_op_note(&h3_op_residual_norm, "staged");
+            return NULL;
+        }
         a.x = l.h_out; /* norm_cast's read of the norm saw it so */
         if (!h3_nc_outputs(&a))
             return "aliased";
@@ -423,8 +462,7 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         return NULL;
     }
     void *args[] = {&l.b16, &b_stride, &l.scale, &l.h, &l.p, &l.h_out, &a.gamma, &a.eps, &a.n, &a.y, &a.rstd, &a.out};
-    const unsigned grid[3] = {a.rows, 1, 1}, block[3] = {32, 4, 1};
-    return h3_kernels_launch("h3_residual_rmsnorm_f32", norm, grid, block, args);
+    return h3_rn_launch(norm, a.rows, false, args);
 }
 
 const struct h3_op h3_op_residual_norm = {

@@ -18,7 +18,7 @@
  * that was held back and issued later passes a copy of the parameters).
  */
 /* The kernels of the fake module (see cuModuleLoadData below). */
-static struct fake_kernel fake_module_kernels[6];
+static struct fake_kernel fake_module_kernels[7];
 
 static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream stream, void **params)
@@ -109,7 +109,8 @@ FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx)
     return CUDA_SUCCESS;
 }
 
-/* The compute capability is FAKE_SM (default 90; negative: unreadable). */
+/* The compute capability is FAKE_SM (default 90; negative: unreadable); 132
+ * SMs, which launch cooperative kernels unless FAKE_NO_COOPERATIVE is set. */
 FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice dev)
 {
     const char *env = getenv("FAKE_SM");
@@ -121,8 +122,23 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
         *v = sm / 10;
     else if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
         *v = sm % 10;
+    else if (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        *v = 132;
+    else if (a == CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)
+        *v = getenv("FAKE_NO_COOPERATIVE") == NULL;
     else
         return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* Twelve blocks of any kernel fit on an SM at once (the H200's figure for
+ * h3_residual_rmsnorm_f32_staged: 40 registers a thread), whatever the
+ * shared memory, up to 48 KiB. */
+FAKE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int threads, size_t smem)
+{
+    if (fake_kernel_lookup(f) == NULL || threads <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *n = smem <= 48 * 1024 ? 12 : 0;
     return CUDA_SUCCESS;
 }
 
@@ -138,7 +154,8 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
  * h3_residual_rmsnorm_f32 logs "residual_check" likewise (b16 rows of 2048
  * too, the inputs and h' set, and eps and gamma where a norm output is) and
  * a bit per output left unwritten (p, y, rstd, y16: e for the block's last
- * residual, which has no norm); h3_qk_norm_rope_f16 (and h3_qk_norm_rope_f16x4) logs "qk_check" when
+ * residual, which has no norm), and h3_residual_rmsnorm_f32_staged logs
+ * "residual_staged_check" likewise, its rows (the last parameter) 1797 too; h3_qk_norm_rope_f16 (and h3_qk_norm_rope_f16x4) logs "qk_check" when
  * its parameter block is the H3 block's (1797 tokens of 32 heads, what
  * attention reads set, q's rstd not, whose buffer the trace gives to k's).
  */
@@ -160,9 +177,9 @@ static void fake_rmsnorm(void **p)
     fakelog_call("cuda", "rmsnorm_check", 1, &ok, 0);
 }
 
-static void fake_residual(void **p)
+static void fake_residual_as(void **p, const char *entry, uint64_t ok)
 {
-    uint64_t ok = *(long long *)p[1] == 2048 && *(int *)p[8] == 2048;
+    ok &= *(long long *)p[1] == 2048 && *(int *)p[8] == 2048;
     for (int i = 0; i < 4; i++) /* b16, (stride), scale, h */
         ok &= i == 1 || *(uint64_t *)p[i] != 0;
     ok &= *(uint64_t *)p[5] != 0; /* h' */
@@ -173,7 +190,17 @@ static void fake_residual(void **p)
     if ((unwritten & 14) != 14) /* a norm output: the block's eps and gamma */
         ok &= *(float *)p[7] == 1e-5f && *(uint64_t *)p[6] != 0;
     uint64_t words[2] = {ok, unwritten};
-    fakelog_call("cuda", "residual_check", 2, words, 0);
+    fakelog_call("cuda", entry, 2, words, 0);
+}
+
+static void fake_residual(void **p)
+{
+    fake_residual_as(p, "residual_check", 1);
+}
+
+static void fake_residual_staged(void **p)
+{
+    fake_residual_as(p, "residual_staged_check", *(int *)p[12] == 1797);
 }
 
 static void fake_qk_as(void **p, uint64_t wide);
@@ -269,6 +296,9 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
     fake_kernel_init(&fake_module_kernels[3], "h3_qk_norm_rope_f16", 1, qk_sizes, fake_qk);
     fake_kernel_init(&fake_module_kernels[4], "h3_swiglu_f16x8", 7, sizes, fake_swiglu);
     fake_kernel_init(&fake_module_kernels[5], "h3_qk_norm_rope_f16x4", 1, qk_sizes, fake_qk_wide);
+    static const size_t staged_sizes[13] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 8, 8, 8, 4};
+    fake_kernel_init(&fake_module_kernels[6], "h3_residual_rmsnorm_f32_staged", 13, staged_sizes,
+                     fake_residual_staged);
     *mod = (CUmodule)fake_module_kernels;
     return CUDA_SUCCESS;
 }
@@ -335,6 +365,11 @@ static long long fake_behave(const char *fn, void **argp)
         return CUDA_SUCCESS;
     }
     if (strcmp(fn, "cuLaunchKernel") == 0 || strcmp(fn, "cuLaunchKernel_ptsz") == 0)
+        return run(*(CUfunction *)argp[0], *(unsigned *)argp[1], *(unsigned *)argp[2], *(unsigned *)argp[3],
+                   *(unsigned *)argp[4], *(unsigned *)argp[5], *(unsigned *)argp[6], *(unsigned *)argp[7],
+                   *(CUstream *)argp[8], *(void ***)argp[9]);
+    if ((strcmp(fn, "cuLaunchCooperativeKernel") == 0 || strcmp(fn, "cuLaunchCooperativeKernel_ptsz") == 0) &&
+        fake_kernel_lookup(*(CUfunction *)argp[0]) != NULL)
         return run(*(CUfunction *)argp[0], *(unsigned *)argp[1], *(unsigned *)argp[2], *(unsigned *)argp[3],
                    *(unsigned *)argp[4], *(unsigned *)argp[5], *(unsigned *)argp[6], *(unsigned *)argp[7],
                    *(CUstream *)argp[8], *(void ***)argp[9]);

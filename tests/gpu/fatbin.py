@@ -25,18 +25,42 @@ class Fatbin:
         if r != 0:
             raise RuntimeError(f"{what} returned {r}")
 
-    def launch(self, name, grid, block, values):
-        """Launches kernel `name` with ctypes `values` as its parameters and waits for it."""
+    def function(self, name):
         if name not in self.fns:
             fn = ctypes.c_void_p()
             self.check(self.cu.cuModuleGetFunction(ctypes.byref(fn), self.mod, name.encode()), "cuModuleGetFunction")
             self.fns[name] = fn
+        return self.fns[name]
+
+    def launch(self, name, grid, block, values, smem=0, cooperative=False):
+        """Launches kernel `name` with ctypes `values` as its parameters and waits for it."""
+        fn = self.function(name)
         args = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))
-        self.check(self.cu.cuLaunchKernel(self.fns[name], *grid, *block, 0, stream, args, None), "cuLaunchKernel")
+        if cooperative:
+            self.check(self.cu.cuLaunchCooperativeKernel(fn, *grid, *block, smem, stream, args),
+                       "cuLaunchCooperativeKernel")
+        else:
+            self.check(self.cu.cuLaunchKernel(fn, *grid, *block, smem, stream, args, None), "cuLaunchKernel")
         torch.cuda.synchronize()
+
+    def staged_grid(self, name, rows, row_bytes, threads=128):
+        """The grid and shared memory the shim gives a staged kernel
+        (h3_kernels_launch_staged): the fewest rows per block whose blocks
+        all fit on the GPU at once, at most 48 KiB a block; None if none."""
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        per = 1
+        while per * row_bytes <= 48 * 1024:
+            n = ctypes.c_int()
+            self.check(self.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                ctypes.byref(n), self.function(name), threads, ctypes.c_size_t(per * row_bytes)), "occupancy")
+            grid = (rows + per - 1) // per
+            if grid <= n.value * sms:
+                return grid, per * row_bytes
+            per += 1
+        return None
 
 
 def ptr(t):

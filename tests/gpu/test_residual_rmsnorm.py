@@ -11,8 +11,13 @@ block's [1797, 2048] at several scales, millions of rows, a strided b16 (rows
 of a wider tensor), and special values: inf, nan, +-65504 and subnormal FP16
 products, huge and tiny h, rows where h cancels p exactly, scales with zeros
 and negatives; and in place, as the op launches it where PyTorch's
-allocator gave y the memory of h and y16 that of b16. Writes a JSON document on stdout; exit status 0 when zero bits
-differ.
+allocator gave y the memory of h and y16 that of b16.
+
+The staged form (h3_residual_rmsnorm_f32_staged, launched cooperatively with
+the grid the shim picks) runs the same cases, and the ones only it may take:
+h' in b16's memory (row r of h' over b16 rows 2r and 2r+1), at b16's start
+and at offsets, p and y16 over b16 at offsets, with and without the norm.
+Writes a JSON document on stdout; exit status 0 when zero bits differ.
 
     python3 tests/gpu/test_residual_rmsnorm.py [--fatbin build/kernels.fatbin]
 """
@@ -77,6 +82,65 @@ def kernel_residual_only(fb, b16, scale, h, gamma, eps=EPS, over_h=False):
     return p, h2, None, None, None
 
 
+STAGED = "h3_residual_rmsnorm_f32_staged"
+
+
+def launch_staged(fb, rows, n, values):
+    fit = fb.staged_grid(STAGED, rows, n * 2)
+    if fit is None:
+        raise RuntimeError(f"{rows} rows of {n} do not fit the staged kernel")
+    grid, smem = fit
+    fb.launch(STAGED, (grid,), (32, 4), values + [ctypes.c_int(rows)], smem=smem, cooperative=True)
+
+
+def staged(fb, b16, scale, h, gamma, eps=EPS):
+    """kernel() through the staged form, nothing shared."""
+    rows, n = h.shape
+    nan = float("nan")
+    p, h2, y = (torch.full_like(h, nan) for _ in range(3))
+    rstd = torch.full((rows,), nan, device="cuda")
+    y16 = torch.full((rows, n), nan, dtype=torch.float16, device="cuda")
+    launch_staged(fb, rows, n, [ptr(b16), ctypes.c_longlong(b16.stride(0)), ptr(scale), ptr(h), ptr(p), ptr(h2),
+                                ptr(gamma), ctypes.c_float(eps), ctypes.c_int(n), ptr(y), ptr(rstd), ptr(y16)])
+    return p, h2, y, rstd, y16
+
+
+def staged_over_b16(fb, b16, scale, h, gamma, eps=EPS, h_at=0, p_at=None, y16_at=None, norm=True):
+    """As PyTorch's allocator arranges it in the decode: b16 (dense rows) at
+    the start of a freed block, and h' given that block at byte offset h_at
+    (its rows then cover b16's rows that other thread blocks read); p and
+    y16 optionally in it too, at their byte offsets. Without `norm`, the
+    block's last residual (no norm outputs)."""
+    rows, n = h.shape
+    nan = float("nan")
+    span = max([h_at + rows * n * 4] + [a + rows * n * 4 for a in (p_at,) if a is not None] +
+               [a + rows * n * 2 for a in (y16_at,) if a is not None])
+    block = torch.empty(span // 4 + 4, dtype=torch.float32, device="cuda")
+    base = block.data_ptr()
+    bb = block.view(torch.float16)[:rows * n].view(rows, n)
+    bb.copy_(b16)
+
+    def at(offset, dtype, count):
+        return block.view(torch.uint8)[offset:offset + count * dtype.itemsize].view(dtype)
+
+    h2 = at(h_at, torch.float32, rows * n).view(rows, n)
+    p = at(p_at, torch.float32, rows * n).view(rows, n) if p_at is not None else torch.full_like(h, nan)
+    y16 = (at(y16_at, torch.float16, rows * n).view(rows, n) if y16_at is not None else
+           torch.full((rows, n), nan, dtype=torch.float16, device="cuda"))
+    assert bb.data_ptr() == base
+    y = torch.full_like(h, nan)
+    rstd = torch.full((rows,), nan, device="cuda")
+    # An output a later one overlaps is not written (the shim leaves it out): here only p can be.
+    later = [(h_at, rows * n * 4)] + ([(y16_at, rows * n * 2)] if y16_at is not None and norm else [])
+    p_written = p_at is None or not any(p_at < a + size and a < p_at + rows * n * 4 for a, size in later)
+    none = ctypes.c_void_p(0)
+    launch_staged(fb, rows, n, [ptr(bb), ctypes.c_longlong(n), ptr(scale), ptr(h), ptr(p) if p_written else none,
+                                ptr(h2), ptr(gamma) if norm else none, ctypes.c_float(eps if norm else 0.0),
+                                ctypes.c_int(n), ptr(y) if norm else none, ptr(rstd) if norm else none,
+                                ptr(y16) if norm else none])
+    return (p if p_written else None, h2, y if norm else None, rstd if norm else None, y16 if norm else None)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fatbin", default=DEFAULT)
@@ -135,7 +199,32 @@ def main():
     b = specials[torch.randint(0, len(specials), (512, n), generator=gen, device="cuda")]
     run("residual only, special b16 values, huge and tiny h, special scales", b, sc, h, gamma,
         launch=kernel_residual_only)
-    return report("h3_residual_rmsnorm_f32", cases)
+    # The staged form: the same arithmetic, every b16 row read before anything is written.
+    for s in (1e-3, 1.0, 30.0, 1e3):
+        run(f"staged, H3 [1797,2048] b16 x{s}", randn(1797, n, scale=s).half(), scale, randn(1797, n, scale=4.0),
+            gamma, launch=staged)
+    run("staged, [6000,2048]", randn(6000, n, scale=3).half(), scale, randn(6000, n), gamma, launch=staged)
+    run("staged, b16 rows of a wider tensor", wide[:, n:2 * n], scale, randn(1797, n), gamma, launch=staged)
+    b = specials[torch.randint(0, len(specials), (512, n), generator=gen, device="cuda")]
+    run("staged, special b16 values, huge and tiny h, special scales", b, sc, h, gamma, launch=staged)
+    for rows in (1797, 1, 7, 1584, 1585, 4000):
+        for h_at in (0, 4096, 2 * 4096 * 100 + 16, rows * n * 2):
+            run(f"staged, h' over b16 at byte {h_at}, [{rows},2048]", randn(rows, n, scale=3).half(), scale,
+                randn(rows, n), gamma, launch=lambda *a, h_at=h_at: staged_over_b16(*a, h_at=h_at))
+    run("staged, y16 over b16 at byte 48 (p there too, so not written), h' after it", randn(1797, n, scale=3).half(),
+        scale, randn(1797, n), gamma,
+        launch=lambda *a: staged_over_b16(*a, h_at=1797 * n * 2 + (1 << 20), p_at=32, y16_at=48))
+    run("staged, p over b16 at byte 16 (written), h' after it", randn(1797, n, scale=3).half(), scale,
+        randn(1797, n), gamma, launch=lambda *a: staged_over_b16(*a, h_at=1797 * n * 4 + (1 << 20), p_at=16))
+    for s in (1e-3, 1.0, 1e3):
+        run(f"staged residual only, h' over b16, H3 [1797,2048] b16 x{s}", randn(1797, n, scale=s).half(), scale,
+            randn(1797, n, scale=4.0), gamma, launch=lambda *a: staged_over_b16(*a, h_at=4096, norm=False))
+    b = specials[torch.randint(0, len(specials), (1797, n), generator=gen, device="cuda")]
+    hh = randn(1797, n) * torch.tensor([1e-30, 1.0, 1e30], device="cuda")[
+        torch.randint(0, 3, (1797, 1), generator=gen, device="cuda")]
+    run("staged, h' over b16, special values", b, sc, hh, gamma, launch=lambda *a: staged_over_b16(*a, h_at=0))
+    fit = fb.staged_grid(STAGED, 1797, n * 2)
+    return report("h3_residual_rmsnorm_f32", cases, staged_grid_1797_rows=list(fit) if fit else None)
 
 
 if __name__ == "__main__":

@@ -571,11 +571,21 @@ START_TEST(norm_cast_falls_back_exactly)
 }
 END_TEST
 
+/* The fakes' device launches cooperative kernels (loop 0) or not (loop 1:
+ * FAKE_NO_COOPERATIVE); the residual_norm tests run both ways. */
+#define T_COOP (_i == 0)
+#define T_RN_ENV {"H3SHIM_OP_RESIDUAL_NORM=1", T_COOP ? NULL : "FAKE_NO_COOPERATIVE=1", NULL}
+
+/* The staged kernel's launch: 1797 rows, 2 a block (12 blocks of 132 SMs fit
+ * at once, too few for one each), so grid 899 (0x383) of 32x4 threads with
+ * 8 KiB (0x2000) of shared memory, cooperative. */
+#define T_STAGED_LAUNCH " 383 1 1 20 4 1 2000 "
+
 START_TEST(residual_norm_replaces_the_mid_block_residual_and_norm)
 {
     T_NEEDS_KERNELS();
     char *base = replay_with("base", t_disabled, NULL);
-    static const char *const env[] = {"H3SHIM_OP_RESIDUAL_NORM=1", NULL};
+    const char *const env[] = T_RN_ENV;
     char *stats;
     char *log = replay_with("residual_norm", env, &stats);
     /* Calls 28 (mul), 29 (add), 30 (norm2) and 33 (w1's input cast) of each
@@ -586,19 +596,29 @@ START_TEST(residual_norm_replaces_the_mid_block_residual_and_norm)
     /* The recorded addresses (tests/record/data): PyTorch gave the norm's
      * output y the memory of the product p in 7 blocks (p is then not
      * written: its memory was freed), and in 2 the sum h' the memory of
-     * b16, where the kernel would race: there the mul and add are issued
-     * as they were, then the norm and cast as one kernel.  At the block's
-     * end every h' and p has memory of its own: 9 more groups, p written. */
+     * b16, where one thread block's rows of h' cover rows of b16 that others
+     * read: there the staged kernel runs, which reads all of b16 before it
+     * writes; without cooperative launches, the mul and add are issued as
+     * they were, then the norm and cast as one kernel.  At the block's end
+     * every h' and p has memory of its own: 9 more groups, p written. */
     ck_assert_msg(strstr(stats, "op residual_norm 18 groups run (54 calls)") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "op residual_norm ran with h_in_b16             2") != NULL, "%s", tail_of(stats));
+    const char *how = T_COOP ? "op residual_norm ran with staged               2"
+                             : "op residual_norm ran with h_in_b16             2";
+    ck_assert_msg(strstr(stats, how) != NULL, "expected '%s' in\n%s", how, tail_of(stats));
     ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
     check_accounting_ops(stats);
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 1 "), 7);
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 e "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 0 "), 0);
-    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), 2);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_staged_check 1 "), T_COOP ? 2 : 0);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_staged_check 0 "), 0);
+    ck_assert_uint_eq(count_lines_starting(log, "cuLaunchCooperativeKernel "), T_COOP ? 2 : 0);
+    ck_assert_uint_eq(t_count(log, T_STAGED_LAUNCH), T_COOP ? 2 * 2 : 0); /* the call and its "exec" */
+    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), T_COOP ? 0 : 2);
+    /* Fused: 4 launches as 1 where p is freed, and where h' is in b16 with
+     * the staged kernel, else 3 as 2; 2 as 1 at the block's end. */
     ck_assert_uint_eq(count_lines_starting(log, "exec "),
-                      count_lines_starting(base, "exec ") - 3 * 7 - 1 * 2 - 1 * T_INSTANCES);
+                      count_lines_starting(base, "exec ") - 3 * 7 - (T_COOP ? 3 : 1) * 2 - 1 * T_INSTANCES);
     free(stats);
     free(log);
     free(base);
@@ -621,13 +641,13 @@ static char *replay_rewritten(const char *replay, const char *tag, const char *c
 
 /* The recorded stream with one block's FP16 copy of norm2 moved into h's
  * memory at an offset (tests/tools/replay_alias.py): the kernel would write
- * its rows over other thread blocks' rows of h, so that block's mul and add
- * are issued as they were and then the norm and its cast as one kernel; the
- * other blocks are as above. */
+ * its rows over other thread blocks' rows of h, and staging b16 does not
+ * help there, so that block's mul and add are issued as they were and then
+ * the norm and its cast as one kernel; the other blocks are as above. */
 START_TEST(residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input)
 {
     T_NEEDS_KERNELS();
-    static const char *const env[] = {"H3SHIM_OP_RESIDUAL_NORM=1", NULL};
+    const char *const env[] = T_RN_ENV;
     char *base, *stats;
     t_run.trace = t_path("residual-alias.jsonl");
     char *log = replay_rewritten(T_REPLAY_ALIAS, "residual_norm-alias", env, &base, &stats);
@@ -636,17 +656,17 @@ START_TEST(residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input)
     /* The trace says how, at the call where the op ran. */
     ck_assert_uint_eq(t_count(trace, "\"op\":\"residual_norm\""), 18); /* 9 mid-block, 9 at the end */
     ck_assert_uint_eq(t_count(trace, "\"op_how\":\"y16_in_h\""), 1);
-    ck_assert_uint_eq(t_count(trace, "\"op_how\":\"h_in_b16\""), 2);
+    ck_assert_uint_eq(t_count(trace, T_COOP ? "\"op_how\":\"staged\"" : "\"op_how\":\"h_in_b16\""), 2);
     ck_assert_uint_eq(t_count(trace, "\"op_how\""), 3);
     free(trace);
     ck_assert_msg(strstr(stats, "op residual_norm 18 groups run (54 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm ran with y16_in_h             1") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "op residual_norm ran with h_in_b16             2") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 1 "), 6);
-    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), 3);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_staged_check 1 "), T_COOP ? 2 : 0);
+    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), T_COOP ? 1 : 3);
     ck_assert_uint_eq(count_lines_starting(log, "exec "),
-                      count_lines_starting(base, "exec ") - 3 * 6 - 1 * 3 - 1 * T_INSTANCES);
+                      count_lines_starting(base, "exec ") - 3 * 6 - 1 * 1 - (T_COOP ? 3 : 1) * 2 - 1 * T_INSTANCES);
     free(stats);
     free(log);
     free(base);
@@ -654,19 +674,30 @@ START_TEST(residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input)
 END_TEST
 
 /* The first block's last sum h' moved into w2's output b16, a row off: the
- * kernel would write h' over rows of b16 that other thread blocks read, so
- * that mul and add run as they were; the other 17 residuals are fused. */
-START_TEST(residual_norm_falls_back_where_the_last_sum_lands_in_b16)
+ * one-row-a-block kernel would write h' over rows of b16 that other thread
+ * blocks read, so the staged kernel runs it (no norm outputs); without
+ * cooperative launches that mul and add run as they were.  The other 17
+ * residuals are fused as before. */
+START_TEST(residual_norm_stages_the_last_sum_that_lands_in_b16)
 {
     T_NEEDS_KERNELS();
-    static const char *const env[] = {"H3SHIM_OP_RESIDUAL_NORM=1", NULL};
+    const char *const env[] = T_RN_ENV;
     char *base, *stats;
     char *log = replay_rewritten(T_REPLAY_LAST_H_ALIAS, "last-h-alias", env, &base, &stats);
-    ck_assert_msg(strstr(stats, "op residual_norm 17 groups run (52 calls)") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "op residual_norm fallback aliased              1") != NULL, "%s", tail_of(stats));
+    if (T_COOP) {
+        ck_assert_msg(strstr(stats, "op residual_norm 18 groups run (54 calls)") != NULL, "%s", tail_of(stats));
+        ck_assert_msg(strstr(stats, "op residual_norm ran with staged               3") != NULL, "%s",
+                      tail_of(stats));
+        ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+        ck_assert_uint_eq(count_lines_starting(log, "residual_staged_check 1 e "), 1);
+    } else {
+        ck_assert_msg(strstr(stats, "op residual_norm 17 groups run (52 calls)") != NULL, "%s", tail_of(stats));
+        ck_assert_msg(strstr(stats, "op residual_norm fallback aliased              1") != NULL, "%s",
+                      tail_of(stats));
+    }
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 e "), T_INSTANCES - 1);
-    ck_assert_uint_eq(count_lines_starting(log, "exec "),
-                      count_lines_starting(base, "exec ") - 3 * 7 - 1 * 2 - 1 * (T_INSTANCES - 1));
+    ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(base, "exec ") - 3 * 7 -
+                                                              (T_COOP ? 3 : 1) * 2 - 1 * (T_INSTANCES - (T_COOP ? 0 : 1)));
     free(stats);
     free(log);
     free(base);
@@ -820,9 +851,10 @@ START_TEST(all_ops_share_the_block)
     ck_assert_msg(strstr(stats, "op swiglu       9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
-    /* norm1 in every block, norm2 where h' has b16's memory (see above). */
-    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), T_INSTANCES + 2);
+    /* norm1 in every block; where h' has b16's memory (see above), the staged kernel. */
+    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 "), 7 + T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_staged_check 1 "), 2);
     ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), T_INSTANCES);
     free(stats);
@@ -1419,9 +1451,9 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, switches_choose_the_ops);
     tcase_add_test(ops, norm_cast_replaces_each_norm_and_its_cast);
     tcase_add_test(ops, norm_cast_falls_back_exactly);
-    tcase_add_test(ops, residual_norm_replaces_the_mid_block_residual_and_norm);
-    tcase_add_test(ops, residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input);
-    tcase_add_test(ops, residual_norm_falls_back_where_the_last_sum_lands_in_b16);
+    tcase_add_loop_test(ops, residual_norm_replaces_the_mid_block_residual_and_norm, 0, 2);
+    tcase_add_loop_test(ops, residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input, 0, 2);
+    tcase_add_loop_test(ops, residual_norm_stages_the_last_sum_that_lands_in_b16, 0, 2);
     tcase_add_test(ops, swiglu_takes_the_one_element_kernel_where_a_pointer_is_unaligned);
     tcase_add_test(ops, swiglu_falls_back_where_its_output_lands_in_its_input);
     tcase_add_test(ops, an_op_falls_back_while_another_in_its_group_runs);
