@@ -41,15 +41,30 @@ def reference(b16, scale, h, gamma, eps=EPS):
     return p, h2, y, rstd.reshape(-1), y.to(torch.float16)
 
 
-def kernel(fb, b16, scale, h, gamma, eps=EPS):
+STAGED = "h3_residual_rmsnorm_f32_staged"
+
+
+def launch_staged(fb, rows, n, values):
+    fit = fb.staged_grid(STAGED, rows, n * 2)
+    if fit is None:
+        raise RuntimeError(f"{rows} rows of {n} do not fit the staged kernel")
+    grid, smem = fit
+    fb.launch(STAGED, (grid,), (32, 4), values + [ctypes.c_int(rows)], smem=smem, cooperative=True)
+
+
+def kernel(fb, b16, scale, h, gamma, eps=EPS, staged=False):
+    """The kernel as the op launches it, nothing shared; with `staged`, its staged form."""
     rows, n = h.shape
     nan = float("nan")
     p, h2, y = (torch.full_like(h, nan) for _ in range(3))
     rstd = torch.full((rows,), nan, device="cuda")
     y16 = torch.full((rows, n), nan, dtype=torch.float16, device="cuda")
-    fb.launch("h3_residual_rmsnorm_f32", (rows,), (32, 4),
-              [ptr(b16), ctypes.c_longlong(b16.stride(0)), ptr(scale), ptr(h), ptr(p), ptr(h2), ptr(gamma),
-               ctypes.c_float(eps), ctypes.c_int(n), ptr(y), ptr(rstd), ptr(y16)])
+    values = [ptr(b16), ctypes.c_longlong(b16.stride(0)), ptr(scale), ptr(h), ptr(p), ptr(h2), ptr(gamma),
+              ctypes.c_float(eps), ctypes.c_int(n), ptr(y), ptr(rstd), ptr(y16)]
+    if staged:
+        launch_staged(fb, rows, n, values)
+    else:
+        fb.launch("h3_residual_rmsnorm_f32", (rows,), (32, 4), values)
     return p, h2, y, rstd, y16
 
 
@@ -82,27 +97,8 @@ def kernel_residual_only(fb, b16, scale, h, gamma, eps=EPS, over_h=False):
     return p, h2, None, None, None
 
 
-STAGED = "h3_residual_rmsnorm_f32_staged"
-
-
-def launch_staged(fb, rows, n, values):
-    fit = fb.staged_grid(STAGED, rows, n * 2)
-    if fit is None:
-        raise RuntimeError(f"{rows} rows of {n} do not fit the staged kernel")
-    grid, smem = fit
-    fb.launch(STAGED, (grid,), (32, 4), values + [ctypes.c_int(rows)], smem=smem, cooperative=True)
-
-
 def staged(fb, b16, scale, h, gamma, eps=EPS):
-    """kernel() through the staged form, nothing shared."""
-    rows, n = h.shape
-    nan = float("nan")
-    p, h2, y = (torch.full_like(h, nan) for _ in range(3))
-    rstd = torch.full((rows,), nan, device="cuda")
-    y16 = torch.full((rows, n), nan, dtype=torch.float16, device="cuda")
-    launch_staged(fb, rows, n, [ptr(b16), ctypes.c_longlong(b16.stride(0)), ptr(scale), ptr(h), ptr(p), ptr(h2),
-                                ptr(gamma), ctypes.c_float(eps), ctypes.c_int(n), ptr(y), ptr(rstd), ptr(y16)])
-    return p, h2, y, rstd, y16
+    return kernel(fb, b16, scale, h, gamma, eps, staged=True)
 
 
 def staged_over_b16(fb, b16, scale, h, gamma, eps=EPS, h_at=0, p_at=None, y16_at=None, norm=True):
