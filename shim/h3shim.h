@@ -289,6 +289,7 @@ struct h3_call {
     int device;
     uint64_t seq;
     uint64_t t0_ns, t1_ns;
+    uint64_t described_ns; /* with stats: when the call was described (before the engine saw it) */
     const void *stream;
     const void *handle; /* launches: the kernel handle or host stub as passed */
     const struct h3_kernel *kernel;
@@ -777,7 +778,7 @@ void h3_stats_count(const struct h3_call *c);
 /* One observed call: `own_ns` of the shim's own host time before it was
  * forwarded, `forward_ns` spent in real calls the shim made meanwhile on the
  * application's behalf (h3_forward_begin/end). */
-void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t forward_ns);
+void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, uint64_t forward_ns);
 /* Exported: the shim's own host time, observed calls and time issuing for the
  * application so far (H3SHIM_STATS=1); 0, or -1 when not timed. */
 int h3shim_host_time(unsigned long long *own_ns, unsigned long long *calls, unsigned long long *issuing_ns);

@@ -53,7 +53,15 @@ static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn)
 static inline void h3_call_decided(struct h3_call *c)
 {
     if (h3_config.stats)
-        h3_stats_shim_time(c->fn, h3_now_ns() - c->t0_ns - h3_forward_ns, h3_forward_ns);
+        h3_stats_shim_time(c->fn, h3_now_ns() - c->t0_ns - h3_forward_ns,
+                           c->described_ns != 0 ? c->described_ns - c->t0_ns : 0, h3_forward_ns);
+}
+
+/* The call is described: with stats, the time so far is the description's. */
+static inline void h3_call_described(struct h3_call *c)
+{
+    if (h3_config.stats)
+        c->described_ns = h3_now_ns();
 }
 
 /* Whether configuration calls must be remembered: the shim is active and
@@ -110,6 +118,7 @@ static inline bool h3_call_unwanted_fast(void)
         struct h3_call *c = &call_;                                              \
         h3_call_begin(c, H3_FN_##name);                                          \
         describe;                                                                \
+        h3_call_described(c);                                                    \
         /* Deferred or run by an op: the caller sees c->result: 0 for a     */  \
         /* held launch, the status of a library call an op made.            */  \
         bool handled_ = h3_engine_before(c);                                     \

@@ -51,6 +51,7 @@ static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu, &h3_o
 #define H3_OP_REASONS 8
 struct h3_op_counts {
     atomic_ulong runs, calls;
+    atomic_ulong own_ns; /* with stats: host time in the op's run, less the calls it made for the application */
     _Atomic(const char *) reason[H3_OP_REASONS]; /* why it fell back ... */
     atomic_ulong fallbacks[H3_OP_REASONS];
     _Atomic(const char *) note[H3_OP_REASONS]; /* ... and how it ran where it has more than one way */
@@ -254,7 +255,11 @@ void h3_op_fallback(const struct h3_op *op, const char *why)
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     unsigned i = h3_op_index(r->op);
+    uint64_t t0 = h3_config.stats ? h3_now_ns() : 0, forward0 = h3_forward_ns;
     const char *why = r->op->run(r, calls, anchor);
+    if (t0 != 0)
+        atomic_fetch_add_explicit(&h3_op_counts[i].own_ns, h3_now_ns() - t0 - (h3_forward_ns - forward0),
+                                  memory_order_relaxed);
     if (why != NULL) {
         h3_op_count_fallback(i, why);
         return why;
@@ -279,7 +284,9 @@ void h3_ops_print_stats(void (*line)(const char *fmt, ...))
         if (!h3_op_on[i])
             continue;
         struct h3_op_counts *k = &h3_op_counts[i];
-        line("op %-12s %lu groups run (%lu calls)", h3_ops[i]->name, atomic_load(&k->runs), atomic_load(&k->calls));
+        unsigned long runs = atomic_load(&k->runs);
+        line("op %-12s %lu groups run (%lu calls), own time %.0f ns a run", h3_ops[i]->name, runs,
+             atomic_load(&k->calls), runs != 0 ? (double)atomic_load(&k->own_ns) / (double)runs : 0.0);
         for (unsigned s = 0; s < H3_OP_REASONS; s++) {
             const char *how = atomic_load(&k->note[s]);
             if (how != NULL)
@@ -298,6 +305,7 @@ void h3_ops_reset(void)
     for (unsigned i = 0; i < H3_OPS_COUNT; i++) {
         atomic_store(&h3_op_counts[i].runs, 0);
         atomic_store(&h3_op_counts[i].calls, 0);
+        atomic_store(&h3_op_counts[i].own_ns, 0);
         for (unsigned s = 0; s < H3_OP_REASONS; s++) {
             atomic_store(&h3_op_counts[i].reason[s], NULL);
             atomic_store(&h3_op_counts[i].fallbacks[s], 0);

@@ -16,7 +16,8 @@
 
 static atomic_ulong h3_stat_calls[H3_FN_COUNT];
 static atomic_ulong h3_stat_shim_ns, h3_stat_forward_ns, h3_stat_shim_calls;
-static atomic_ulong h3_stat_own_ns[H3_FN_COUNT]; /* the shim's own time, per entry point */
+static atomic_ulong h3_stat_own_ns[H3_FN_COUNT];      /* the shim's own time, per entry point */
+static atomic_ulong h3_stat_describe_ns[H3_FN_COUNT]; /* the part of it describing the call */
 static atomic_ulong h3_stat_errors[H3_FN_COUNT];
 /* The shim's own host time per call, in quarter-octave buckets: the mean
  * alone would be dominated by one-off work (first-use lookups, module loads,
@@ -91,9 +92,10 @@ void h3_stats_count(const struct h3_call *c)
     }
 }
 
-void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t forward_ns)
+void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, uint64_t forward_ns)
 {
     atomic_fetch_add_explicit(&h3_stat_own_ns[fn], own_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h3_stat_describe_ns[fn], describe_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_shim_ns, own_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_forward_ns, forward_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_ns_hist[h3_ns_bucket(own_ns)], 1, memory_order_relaxed);
@@ -131,6 +133,7 @@ void h3_stats_reset(void)
         atomic_store(&h3_stat_calls[i], 0);
         atomic_store(&h3_stat_errors[i], 0);
         atomic_store(&h3_stat_own_ns[i], 0);
+        atomic_store(&h3_stat_describe_ns[i], 0);
     }
     atomic_store(&h3_stat_shim_ns, 0);
     atomic_store(&h3_stat_forward_ns, 0);
@@ -198,12 +201,13 @@ static size_t h3_stats_merge_names(struct h3_kernel_row *rows, size_t n)
 
 void h3_stats_print(void)
 {
-    h3_stats_line("%-32s %12s %8s %14s", "api", "calls", "errors", "own ns/call");
+    h3_stats_line("%-32s %12s %8s %14s %14s", "api", "calls", "errors", "own ns/call", "describing");
     for (unsigned i = 0; i < H3_FN_COUNT; i++) {
         unsigned long calls = atomic_load(&h3_stat_calls[i]);
         if (calls != 0)
-            h3_stats_line("%-32s %12lu %8lu %14.0f", h3_hooks[i].name, calls, atomic_load(&h3_stat_errors[i]),
-                          (double)atomic_load(&h3_stat_own_ns[i]) / (double)calls);
+            h3_stats_line("%-32s %12lu %8lu %14.0f %14.0f", h3_hooks[i].name, calls, atomic_load(&h3_stat_errors[i]),
+                          (double)atomic_load(&h3_stat_own_ns[i]) / (double)calls,
+                          (double)atomic_load(&h3_stat_describe_ns[i]) / (double)calls);
     }
     struct h3_kernel_rows r = {calloc(8192, sizeof(struct h3_kernel_row)), 0, 8192};
     if (r.rows != NULL) {
