@@ -287,6 +287,21 @@ struct h3_wc_sink {
     void *arg;
 };
 
+/* The synchronising entry points whose writes the shim cannot bound: graph
+ * launches, host functions and callbacks, batched memory operations,
+ * cooperative launches.  Named once, so that a copy pays a table load. */
+static bool h3_wc_anywhere[H3_FN_COUNT];
+static pthread_once_t h3_wc_anywhere_once = PTHREAD_ONCE_INIT;
+
+static void h3_wc_anywhere_init(void)
+{
+    static const char *const kinds[] = {"GraphLaunch", "LaunchHostFunc", "AddCallback",
+                                        "BatchMemOp",  "BatchAsync",     "Cooperative"};
+    for (unsigned fn = 0; fn < H3_FN_COUNT; fn++)
+        for (unsigned i = 0; i < H3_ARRAY_LEN(kinds); i++)
+            h3_wc_anywhere[fn] |= h3_hooks[fn].kind == H3_KIND_SYNC && strstr(h3_hooks[fn].name, kinds[i]) != NULL;
+}
+
 /* Tells `k` what call `c` may write (its launch parameters' words, its
  * library outputs, its copy or memset destination, a free's allocation). */
 /* Inlined, so that at each call the sink is a constant (no indirect call per
@@ -296,10 +311,8 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
 {
     const struct h3_hook_info *hk = &h3_hooks[c->fn];
     if (hk->kind == H3_KIND_SYNC) {
-        const char *name = hk->name;
-        if (strstr(name, "GraphLaunch") != NULL || strstr(name, "LaunchHostFunc") != NULL ||
-            strstr(name, "AddCallback") != NULL || strstr(name, "BatchMemOp") != NULL ||
-            strstr(name, "BatchAsync") != NULL || strstr(name, "Cooperative") != NULL) {
+        pthread_once(&h3_wc_anywhere_once, h3_wc_anywhere_init);
+        if (h3_wc_anywhere[c->fn]) {
             k->range(k->arg, 0, UINT64_MAX);
         } else if (c->u.sync.dst != NULL) {
             uint64_t dst = (uint64_t)(uintptr_t)c->u.sync.dst, bytes = c->u.sync.bytes;
