@@ -644,7 +644,10 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
             h3_wcache_observe(c);
         return false;
     }
+    uint64_t t0 = h3_config.stats ? h3_now_ns() : 0;
     h3_match_call(c);
+    if (t0 != 0)
+        h3_stats_match_time(h3_now_ns() - t0);
     if (!h3_engine_on)
         return false;
     h3_wcache_observe(c);

@@ -609,6 +609,8 @@ static inline unsigned h3_op_range_calls(const struct h3_op_range *r)
 {
     return (unsigned)__builtin_popcountll(r->mask) + (r->anchored ? 1u : 0u);
 }
+/* With stats: the host time of every op's checks and runs so far, less the calls they made. */
+uint64_t h3_ops_own_ns(void);
 void h3_ops_print_stats(void (*line)(const char *fmt, ...));
 void h3_ops_reset(void);
 
@@ -779,6 +781,8 @@ void h3_stats_count(const struct h3_call *c);
  * forwarded, `forward_ns` spent in real calls the shim made meanwhile on the
  * application's behalf (h3_forward_begin/end). */
 void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, uint64_t forward_ns);
+/* With stats: host time the matcher took on a call. */
+void h3_stats_match_time(uint64_t ns);
 /* Exported: the shim's own host time, observed calls and time issuing for the
  * application so far (H3SHIM_STATS=1); 0, or -1 when not timed. */
 int h3shim_host_time(unsigned long long *own_ns, unsigned long long *calls, unsigned long long *issuing_ns);
