@@ -612,6 +612,8 @@ static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h
 
 bool h3_engine_before(struct h3_call *c)
 {
+    if (h3_hooks[c->fn].kind == H3_KIND_SYNC)
+        h3_captures_before(c);
     c->decision = "passthrough";
     c->reason = h3_signatures_count() == 0 ? "no_signatures" : "matching_off";
     if (!h3_match_on)

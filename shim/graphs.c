@@ -2,8 +2,9 @@
  * Which CUDA graphs were captured under the shim, and what each holds that
  * weight_cache acts on at its launch (H3SHIM_WEIGHT_CACHE_GRAPHS=1).
  *
- * Owns: the records of captures in progress, of the graphs they made and of
- * the executable graphs instantiated from those.
+ * Owns: the count of captures open (whatever the graph mode), the records
+ * of captures in progress, of the graphs they made and of the executable
+ * graphs instantiated from those.
  * Invariants:
  *   - A graph is known only when its capture began under the shim's eyes
  *     (cudaStreamBeginCapture, not into an existing graph), so that every
@@ -44,6 +45,87 @@ static struct {
     struct h3_graph_ref graphs[H3_GRAPHS_MAX], execs[H3_GRAPHS_MAX];
     unsigned ngraphs, nexecs;
 } h3_g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/*
+ * Captures open in the process, whatever the graph mode: every begin of a
+ * capture through an interposed entry point counts before it is forwarded
+ * (and is taken back if it fails); an end counts down once its stream has
+ * left capture.  So the count is never below the captures really open, as
+ * long as every begin is seen, and h3_stream_capturing need not ask the
+ * driver (a few microseconds on the legacy stream) while it is zero.  An
+ * end on a capturing stream while the count is zero means a begin was not
+ * seen: the count is not trusted again.
+ */
+static atomic_int h3_captures_open;
+static atomic_bool h3_captures_unsure;
+
+enum { H3_EDGE_BEGIN = 1, H3_EDGE_END_OPEN, H3_EDGE_END_CLOSED };
+
+static bool h3_fn_begins_capture(enum h3_fn fn)
+{
+    switch (fn) {
+    case H3_FN_cudaStreamBeginCapture:
+    case H3_FN_cudaStreamBeginCapture_ptsz:
+    case H3_FN_cudaStreamBeginCaptureToGraph:
+    case H3_FN_cudaStreamBeginCaptureToGraph_ptsz:
+    case H3_FN_cuStreamBeginCapture_v2:
+    case H3_FN_cuStreamBeginCapture_v2_ptsz:
+    case H3_FN_cuStreamBeginCaptureToGraph:
+    case H3_FN_cuStreamBeginCaptureToGraph_ptsz:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool h3_fn_ends_capture(enum h3_fn fn)
+{
+    return fn == H3_FN_cudaStreamEndCapture || fn == H3_FN_cudaStreamEndCapture_ptsz ||
+           fn == H3_FN_cuStreamEndCapture || fn == H3_FN_cuStreamEndCapture_ptsz;
+}
+
+/* The driver's answer: is `stream` being captured (unknown counts as yes)? */
+static bool h3_driver_says_capturing(const void *stream)
+{
+    __typeof__(&cuStreamIsCapturing) is_capturing = H3_LIB_FN(CUDA, cuStreamIsCapturing);
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (is_capturing == NULL || is_capturing((CUstream)(uintptr_t)stream, &status) != CUDA_SUCCESS)
+        return true;
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+void h3_captures_before(struct h3_call *c)
+{
+    if (h3_fn_begins_capture(c->fn)) {
+        atomic_fetch_add_explicit(&h3_captures_open, 1, memory_order_seq_cst);
+        c->capture_edge = H3_EDGE_BEGIN;
+    } else if (h3_fn_ends_capture(c->fn)) {
+        bool open = h3_driver_says_capturing(c->stream);
+        c->capture_edge = open ? H3_EDGE_END_OPEN : H3_EDGE_END_CLOSED;
+        if (open && atomic_load_explicit(&h3_captures_open, memory_order_seq_cst) <= 0 &&
+            !atomic_exchange(&h3_captures_unsure, true))
+            H3_WARN(H3_SUB_ENGINE, "a CUDA graph capture ended whose beginning the shim did not see: from now "
+                                   "on it asks the driver whether each stream is being captured");
+    }
+}
+
+void h3_captures_after(const struct h3_call *c)
+{
+    bool closed = (c->capture_edge == H3_EDGE_BEGIN && c->result != 0) ||
+                  (c->capture_edge == H3_EDGE_END_OPEN && !h3_driver_says_capturing(c->stream));
+    if (closed && atomic_fetch_sub_explicit(&h3_captures_open, 1, memory_order_seq_cst) <= 0) {
+        atomic_fetch_add_explicit(&h3_captures_open, 1, memory_order_seq_cst);
+        atomic_store(&h3_captures_unsure, true);
+    }
+}
+
+bool h3_stream_capturing(const void *stream)
+{
+    if (h3_config.interpose_driver && !atomic_load_explicit(&h3_captures_unsure, memory_order_relaxed) &&
+        atomic_load_explicit(&h3_captures_open, memory_order_seq_cst) == 0)
+        return false;
+    return h3_driver_says_capturing(stream);
+}
 
 static struct h3_grec *h3_grec_new(void)
 {

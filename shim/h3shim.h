@@ -285,6 +285,7 @@ struct h3_procaddr_desc {
 struct h3_call {
     enum h3_fn fn;
     bool detail;      /* fill library descriptions (tracing) */
+    uint8_t capture_edge; /* a capture's begin or end: what h3_captures_after must settle */
     bool per_thread;  /* a _ptsz entry point */
     int device;
     uint64_t seq;
@@ -643,6 +644,14 @@ void h3_graphs_begin(const void *stream, bool into_graph);
  * capturing (or graph tracking is off).  Locks the table: pair with
  * h3_graphs_unlock(), whatever it returned. */
 struct h3_grec *h3_graphs_capture_lock(const void *stream);
+/* Whether `stream` is being captured into a CUDA graph (unknown counts as
+ * captured): no while no capture is open in the process (h3_captures_*),
+ * else the driver's answer. */
+bool h3_stream_capturing(const void *stream);
+/* Before a synchronising call is forwarded, and after (its result set):
+ * counts the captures its begin or end opens or closes. */
+void h3_captures_before(struct h3_call *c);
+void h3_captures_after(const struct h3_call *c);
 /* The record of executable graph `exec` (NULL: not captured under the
  * shim, or changed since), locked the same way. */
 struct h3_grec *h3_graphs_exec_lock(const void *exec);
@@ -710,9 +719,7 @@ const char *h3_kernels_launch_staged(const char *name, const struct h3_deferred 
                                      unsigned row_bytes, void **args);
 /* The current device's compute capability as major*10+minor, -1 unknown. */
 int h3_kernels_sm(void);
-/* Whether `stream` is being captured into a CUDA graph (unknown counts as
- * captured). */
-bool h3_stream_capturing(const void *stream);
+
 
 
 /* ---- cudnn.c ---- */

@@ -76,6 +76,8 @@ static inline bool h3_config_active(void)
 static inline void h3_call_end(struct h3_call *c, long long result)
 {
     c->result = result;
+    if (H3_UNLIKELY(c->capture_edge != 0))
+        h3_captures_after(c);
     h3_stats_count(c);
     if (h3_trace_on) {
         c->t1_ns = h3_now_ns();

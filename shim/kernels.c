@@ -109,15 +109,6 @@ static CUmodule h3_module_of(CUcontext ctx, const char **why)
     return mod;
 }
 
-bool h3_stream_capturing(const void *stream)
-{
-    __typeof__(&cuStreamIsCapturing) is_capturing = H3_LIB_FN(CUDA, cuStreamIsCapturing);
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (is_capturing == NULL || is_capturing((CUstream)(uintptr_t)stream, &status) != CUDA_SUCCESS)
-        return true;
-    return status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 CUfunction h3_kernels_function(const char *name, const void *stream, const char **why)
 {
     __typeof__(&cuCtxGetCurrent) current = H3_LIB_FN(CUDA, cuCtxGetCurrent);

@@ -58,6 +58,7 @@ struct h3_wc_entry {
     struct h3_wc_recipe recipe; /* handle NULL until the first fill (a valid copy has one) */
     const void *fill_stream; /* where the last fill was issued */
     CUevent event;           /* recorded after it (NULL: none could be made) */
+    bool fill_done;          /* the last fill was seen complete: no stream need wait for it */
 };
 
 static struct {
@@ -218,6 +219,7 @@ static void h3_wc_drop(uint64_t lo, uint64_t hi)
 static void h3_wc_filled_on(struct h3_wc_entry *e, const void *stream)
 {
     e->fill_stream = stream;
+    e->fill_done = false;
     if (!h3_graphs_on)
         return;
     __typeof__(&cuEventCreate) create = H3_LIB_FN(CUDA, cuEventCreate);
@@ -228,16 +230,24 @@ static void h3_wc_filled_on(struct h3_wc_entry *e, const void *stream)
         e->event = NULL; /* cannot be waited for: h3_wc_ready synchronises instead */
 }
 
-/* Makes work on `stream` wait for e's last fill when that was on another stream. Locked. */
-static void h3_wc_ready(const struct h3_wc_entry *e, const void *stream)
+/* Makes work on `stream` wait for e's last fill when that was on another
+ * stream and is not known to be complete.  A fill seen complete once is
+ * remembered until the next: a graph that reads 288 copies would otherwise
+ * make 288 stream waits at every launch.  Locked. */
+static void h3_wc_ready(struct h3_wc_entry *e, const void *stream)
 {
-    if (!h3_graphs_on || e->fill_stream == stream)
+    if (!h3_graphs_on || e->fill_stream == stream || e->fill_done)
         return;
+    __typeof__(&cuEventQuery) query = H3_LIB_FN(CUDA, cuEventQuery);
+    if (e->event != NULL && query != NULL && query(e->event) == CUDA_SUCCESS) {
+        e->fill_done = true;
+        return;
+    }
     __typeof__(&cuStreamWaitEvent) wait = H3_LIB_FN(CUDA, cuStreamWaitEvent);
     __typeof__(&cuStreamSynchronize) sync = H3_LIB_FN(CUDA, cuStreamSynchronize);
     if (e->event == NULL || wait == NULL || wait((CUstream)(uintptr_t)stream, e->event, 0) != CUDA_SUCCESS) {
-        if (sync != NULL)
-            sync((CUstream)(uintptr_t)e->fill_stream);
+        if (sync != NULL && sync((CUstream)(uintptr_t)e->fill_stream) == CUDA_SUCCESS)
+            e->fill_done = true;
     }
 }
 

@@ -232,10 +232,13 @@ static void fake_qk_as(void **p, uint64_t wide)
 }
 
 /* Every stream is being captured while FAKE_CAPTURING is set (no capture
- * id nor graph then); else those between a begin and an end of capture. */
+ * id nor graph then; the fake framework begins one capture, on stream
+ * 0x5000, unless the value is "unseen"); else those between a begin and an
+ * end of capture. */
 FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
 {
-    uint64_t id;
+    uint64_t id, words[1] = {(uint64_t)(uintptr_t)s};
+    fakelog_call("cuda", "cuStreamIsCapturing", 1, words, 0);
     *status = getenv("FAKE_CAPTURING") != NULL || fake_capture_status((uintptr_t)s, &id)
                   ? CU_STREAM_CAPTURE_STATUS_ACTIVE
                   : CU_STREAM_CAPTURE_STATUS_NONE;
@@ -250,6 +253,14 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent *ev, unsigned int flags)
     uint64_t words[2] = {(uint64_t)(uintptr_t)*ev, flags};
     fakelog_call("cuda", "cuEventCreate", 2, words, 0);
     return CUDA_SUCCESS;
+}
+
+/* An event is complete unless FAKE_EVENTS_PENDING is set (then never). */
+FAKE_EXPORT CUresult cuEventQuery(CUevent ev)
+{
+    uint64_t words[1] = {(uint64_t)(uintptr_t)ev};
+    fakelog_call("cuda", "cuEventQuery", 1, words, 0);
+    return getenv("FAKE_EVENTS_PENDING") != NULL ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent ev)

@@ -10,6 +10,7 @@
  * words the fake library received.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "nvapi.h"
@@ -481,6 +482,15 @@ FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *o
         return -1;
     fw_setup();
     fw_objects_make(1);
+    /* FAKE_CAPTURING: every stream reports a capture in progress (fake_cuda.c).
+     * One is begun here, once, as the application that made it would have:
+     * the shim asks the driver about streams only while it has seen a
+     * capture begin and not end. */
+    static atomic_bool begun;
+    const char *capturing = getenv("FAKE_CAPTURING");
+    if (capturing != NULL && strcmp(capturing, "unseen") != 0 && !atomic_exchange(&begun, true) &&
+        cudaStreamBeginCapture((cudaStream_t)0x5000, cudaStreamCaptureModeGlobal) != cudaSuccess)
+        return -1;
     static _Thread_local char line[1 << 16];
     char *tok[64];
     long calls = 0, lineno = 0;

@@ -35,6 +35,7 @@ static struct {
     const char *sigs; /* the signature file or directory to load (default: signatures/) */
     const char *replay; /* the replay file, relative to the repository (default: T_REPLAY) */
     struct fw_graph_opts graph; /* with launches: then the replay captured and launched (fw_graph) */
+    bool end_capture_then_replay; /* then a capture's end on a stream, and the replay again */
 } t_run;
 
 /* One line per executed call: launches as their "exec" entry, library calls
@@ -50,7 +51,8 @@ static void write_log(const char *path)
     struct fakelog_entry e;
     for (size_t i = 0; fakelog_get(i, &e); i++) {
         if (strncmp(e.fn, "__cudaLaunchKernel", 18) == 0 || strncmp(e.fn, "cudaLaunchKernel", 16) == 0 ||
-            strncmp(e.fn, "cuLaunchKernel", 14) == 0 || strncmp(e.fn, "cuGetProcAddress", 16) == 0)
+            strncmp(e.fn, "cuLaunchKernel", 14) == 0 || strncmp(e.fn, "cuGetProcAddress", 16) == 0 ||
+            (strcmp(e.fn, "cuStreamIsCapturing") == 0 && getenv("T_LOG_CAPTURE_QUERIES") == NULL))
             continue;
         fprintf(f, "%s", e.fn);
         bool library = (strcmp(e.lib, "cublasLt") == 0 && strcmp(e.fn, "lt_operands") != 0) ||
@@ -114,6 +116,11 @@ static void replay_child(void)
             exit(6);
         free(path);
     }
+    if (t_run.end_capture_then_replay) {
+        t_call("cudaStreamEndCapture", 1);
+        if (replay_thread(&t_run.opts) != NULL)
+            exit(7);
+    }
     if (t_run.fork_after) {
         fflush(NULL);
         pid_t pid = fork();
@@ -168,6 +175,18 @@ static char *replay_with(const char *tag, const char *const *env, char **stats)
 }
 
 static const char *const t_disabled[] = {"H3SHIM_DISABLE=1", NULL};
+
+/* The replay without the shim, in the fakes' state that `env` sets up (a
+ * capture in progress), to compare a run with `env` against. */
+static char *replay_base_for(const char *const *env)
+{
+    for (size_t i = 0; env[i] != NULL; i++)
+        if (strncmp(env[i], "FAKE_CAPTURING=", 15) == 0) {
+            const char *const capturing[] = {"H3SHIM_DISABLE=1", env[i], NULL};
+            return replay_with("base-capturing", capturing, NULL);
+        }
+    return replay_with("base", t_disabled, NULL);
+}
 static const char *const t_replay_op[] = {"H3SHIM_OP_REPLAY=1", NULL};
 
 /* A number from the stats: the unsigned integer after `key`, or -1. */
@@ -867,7 +886,7 @@ END_TEST
  * at all is known before, and then nothing is). */
 static void expect_fallback(const char *const *env, const char *reason, bool held)
 {
-    char *base = replay_with("base", t_disabled, NULL);
+    char *base = replay_base_for(env);
     char *stats;
     char *log = replay_with("fallback", env, &stats);
     ck_assert_msg(strcmp(base, log) == 0, "%s: the fakes executed another stream of calls", reason);
@@ -1224,16 +1243,21 @@ static char *lines_between(const char *log, const char *prefix, int n)
 
 static const char *const t_wc_graphs[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_WEIGHT_CACHE_GRAPHS=1", NULL};
 
+/* Loop 0: the fills' events are complete when the graph is launched; 1:
+ * never (FAKE_EVENTS_PENDING). */
 START_TEST(weight_cache_in_a_graph_refills_what_was_dropped)
 {
     learn_block();
+    const bool pending = _i == 1;
+    const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_WEIGHT_CACHE_GRAPHS=1",
+                               pending ? "FAKE_EVENTS_PENDING=1" : NULL, NULL};
     /* The replay eagerly (24 copies made), then captured on stream 0x3000 and
      * launched three times on 0x4000, the fifth instance's to_qkv weight
      * written before the third launch; then a graph never captured. */
     t_run.graph = (struct fw_graph_opts){0x3000, 0x4000, 3, 3, fifth_weight(), 1, 0, 0};
     t_run.trace = t_path("trace-wc-graph.jsonl");
     char *stats;
-    char *log = replay_with("wc-graph", t_wc_graphs, &stats);
+    char *log = replay_with("wc-graph", env, &stats);
     memset(&t_run.graph, 0, sizeof(t_run.graph));
     /* The trace says what happened at each launch. */
     char *trace = t_read_file(t_run.trace, NULL);
@@ -1252,17 +1276,21 @@ START_TEST(weight_cache_in_a_graph_refills_what_was_dropped)
     ck_assert_msg(strstr(stats, "weight_cache graphs: 3 launches of graphs captured under the shim, 1 copies "
                                 "refilled at them") != NULL, "%s", tail_of(stats));
     /* Before each launch the graph's stream waits for the 24 copies, last
-     * filled on the replay's stream; nothing is refilled while none is dropped. */
+     * filled on the replay's stream, unless their fills are seen complete:
+     * then no launch waits, and each fill's event is asked once.  Nothing is
+     * refilled while none is dropped. */
     char *before2 = lines_between(log, "cudaGraphLaunch", 1);
     ck_assert_uint_eq(count_lines_starting(before2, "exec "), 0);
-    ck_assert_uint_eq(count_lines_starting(before2, "cuStreamWaitEvent 4000 "), 24);
+    ck_assert_uint_eq(count_lines_starting(before2, "cuStreamWaitEvent 4000 "), pending ? 24 : 0);
+    ck_assert_uint_eq(count_lines_starting(before2, "cuEventQuery "), pending ? 24 : 0);
+    ck_assert_uint_eq(count_lines_starting(log, "cuEventQuery "), pending ? 24 * 3 - 1 : 24);
     /* Before the third: the memset, then the one cast into the dropped copy
      * on the launch stream itself, and waits for the 23 others. */
     char *before3 = lines_between(log, "cudaGraphLaunch", 2);
     ck_assert_uint_eq(count_lines_starting(before3, "cudaMemsetAsync "), 1);
     ck_assert_uint_eq(count_lines_starting(before3, "exec "), 1);
     ck_assert_msg(strstr(before3, " 3000 1 1 80 1 1 0 4000 ") != NULL, "%s", before3); /* call 2's cast */
-    ck_assert_uint_eq(count_lines_starting(before3, "cuStreamWaitEvent 4000 "), 23);
+    ck_assert_uint_eq(count_lines_starting(before3, "cuStreamWaitEvent 4000 "), pending ? 23 : 0);
     free(before2);
     free(before3);
     free(stats);
@@ -1331,7 +1359,7 @@ END_TEST
 
 static void expect_wc_fallback(const char *const *env, const char *reason)
 {
-    char *base = replay_with("base", t_disabled, NULL);
+    char *base = replay_base_for(env);
     char *stats;
     char *log = replay_with("wc-fallback", env, &stats);
     char want[128];
@@ -1349,9 +1377,50 @@ static void expect_wc_fallback(const char *const *env, const char *reason)
     free(base);
 }
 
+/* The shim asks the driver whether a stream is being captured only while a
+ * capture it saw begin is open (a few microseconds a GEMM on the legacy
+ * stream otherwise).  Loop 0: none is; 1: one is (FAKE_CAPTURING). */
+START_TEST(capture_status_is_asked_only_while_a_capture_is_open)
+{
+    const bool open = _i == 1;
+    const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_WEIGHT_CACHE_GRAPHS=0", "T_LOG_CAPTURE_QUERIES=1",
+                               open ? "FAKE_CAPTURING=1" : NULL, NULL};
+    char *stats;
+    char *log = replay_with("capture-queries", env, &stats);
+    ck_assert_uint_eq(count_lines_starting(log, "cuStreamIsCapturing "), open ? 4 * T_INSTANCES : 0);
+    const char *want = open ? "op weight_cache fallback capturing            36" : "op weight_cache 36 groups run";
+    ck_assert_msg(strstr(stats, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats));
+    free(stats);
+    free(log);
+}
+END_TEST
+
+/* A capture whose beginning the shim did not see (FAKE_CAPTURING=unseen:
+ * every stream reports one, none was begun through an interposed entry
+ * point) cannot be told from none: weight_cache runs.  The end of such a
+ * capture gives it away: the shim says so once and from then on asks the
+ * driver, so the replay after it falls back. */
+START_TEST(a_capture_ended_unseen_makes_the_shim_ask_again)
+{
+    const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_WEIGHT_CACHE_GRAPHS=0", "FAKE_CAPTURING=unseen",
+                               NULL};
+    t_run.end_capture_then_replay = true;
+    char *stats;
+    char *log = replay_with("capture-unseen", env, &stats);
+    t_run.end_capture_then_replay = false;
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache fallback capturing            36") != NULL, "%s", tail_of(stats));
+    t_said_once(stats, "a CUDA graph capture ended whose beginning the shim did not see");
+    free(stats);
+    free(log);
+}
+END_TEST
+
 START_TEST(weight_cache_falls_back_exactly)
 {
-    static const char *const capturing[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FAKE_CAPTURING=1", NULL};
+    /* (Graph mode off: with it, the capture's calls are recorded, tested apart.) */
+    static const char *const capturing[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FAKE_CAPTURING=1",
+                                            "H3SHIM_WEIGHT_CACHE_GRAPHS=0", NULL};
     expect_wc_fallback(capturing, "capturing");
     static const char *const full[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_WEIGHT_CACHE_MAX_MB=0", NULL};
     expect_wc_fallback(full, "cache_full");
@@ -1442,7 +1511,9 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_drops_a_copy_a_launch_may_write);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_2d_copy_writes);
     tcase_add_test(ops, weight_cache_drops_everything_at_an_nccl_launch);
-    tcase_add_test(ops, weight_cache_in_a_graph_refills_what_was_dropped);
+    tcase_add_loop_test(ops, weight_cache_in_a_graph_refills_what_was_dropped, 0, 2);
+    tcase_add_loop_test(ops, capture_status_is_asked_only_while_a_capture_is_open, 0, 2);
+    tcase_add_test(ops, a_capture_ended_unseen_makes_the_shim_ask_again);
     tcase_add_test(ops, weight_cache_in_a_graph_that_writes_a_weight);
     tcase_add_test(ops, weight_cache_graph_mode_follows_its_validation);
     tcase_add_test(ops, weight_cache_lets_go_of_its_copies_when_the_device_is_reset);
