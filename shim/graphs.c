@@ -119,12 +119,15 @@ void h3_captures_after(const struct h3_call *c)
     }
 }
 
+bool h3_captures_none(void)
+{
+    return h3_config.interpose_driver && !atomic_load_explicit(&h3_captures_unsure, memory_order_relaxed) &&
+           atomic_load_explicit(&h3_captures_open, memory_order_seq_cst) == 0;
+}
+
 bool h3_stream_capturing(const void *stream)
 {
-    if (h3_config.interpose_driver && !atomic_load_explicit(&h3_captures_unsure, memory_order_relaxed) &&
-        atomic_load_explicit(&h3_captures_open, memory_order_seq_cst) == 0)
-        return false;
-    return h3_driver_says_capturing(stream);
+    return !h3_captures_none() && h3_driver_says_capturing(stream);
 }
 
 static struct h3_grec *h3_grec_new(void)

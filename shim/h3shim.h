@@ -648,6 +648,9 @@ struct h3_grec *h3_graphs_capture_lock(const void *stream);
  * captured): no while no capture is open in the process (h3_captures_*),
  * else the driver's answer. */
 bool h3_stream_capturing(const void *stream);
+/* Whether no capture is open anywhere in the process, as far as the shim
+ * can tell (then a query that global-mode capture forbids is safe). */
+bool h3_captures_none(void);
 /* Before a synchronising call is forwarded, and after (its result set):
  * counts the captures its begin or end opens or closes. */
 void h3_captures_before(struct h3_call *c);

@@ -233,13 +233,15 @@ static void h3_wc_filled_on(struct h3_wc_entry *e, const void *stream)
 /* Makes work on `stream` wait for e's last fill when that was on another
  * stream and is not known to be complete.  A fill seen complete once is
  * remembered until the next: a graph that reads 288 copies would otherwise
- * make 288 stream waits at every launch.  Locked. */
+ * make 288 stream waits at every launch.  The event is asked only while no
+ * capture is open (another thread's capture in global mode forbids the
+ * question and would be invalidated by it).  Locked. */
 static void h3_wc_ready(struct h3_wc_entry *e, const void *stream)
 {
     if (!h3_graphs_on || e->fill_stream == stream || e->fill_done)
         return;
     __typeof__(&cuEventQuery) query = H3_LIB_FN(CUDA, cuEventQuery);
-    if (e->event != NULL && query != NULL && query(e->event) == CUDA_SUCCESS) {
+    if (e->event != NULL && query != NULL && h3_captures_none() && query(e->event) == CUDA_SUCCESS) {
         e->fill_done = true;
         return;
     }
