@@ -793,6 +793,10 @@ void h3_stats_count(const struct h3_call *c);
 void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, uint64_t forward_ns);
 /* With stats: host time the matcher took on a call. */
 void h3_stats_match_time(uint64_t ns);
+/* With stats: one-off work inside the shim's own time, counted apart so
+ * that the steady cost per call can be told from it. */
+enum h3_one_off { H3_ONE_OFF_KERNEL, H3_ONE_OFF_COPY, H3_ONE_OFF_MODULE, H3_ONE_OFF_KINDS };
+void h3_stats_one_off(enum h3_one_off kind, uint64_t ns);
 /* Exported: the shim's own host time, observed calls and time issuing for the
  * application so far (H3SHIM_STATS=1); 0, or -1 when not timed. */
 int h3shim_host_time(unsigned long long *own_ns, unsigned long long *calls, unsigned long long *issuing_ns);

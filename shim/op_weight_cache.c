@@ -490,6 +490,8 @@ void h3_wcache_observe(struct h3_call *c)
     h3_wc_each_write(c, &h3_wc_dropper);
 }
 
+static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void *stream, const char **why);
+
 /* The entry for (src, n, stream), added if new; NULL with *why when it cannot be. Locked. */
 static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *stream, const char **why)
 {
@@ -498,6 +500,16 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
         if (e->n == n && e->stream == stream)
             return e;
     }
+    uint64_t t0 = h3_config.stats ? h3_now_ns() : 0;
+    struct h3_wc_entry *e = h3_wc_entry_new(src, n, stream, why);
+    if (t0 != 0 && e != NULL)
+        h3_stats_one_off(H3_ONE_OFF_COPY, h3_now_ns() - t0);
+    return e;
+}
+
+/* A new entry for (src, n, stream) with its copy's memory; NULL with *why when it cannot be. Locked. */
+static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void *stream, const char **why)
+{
     size_t bytes = 2 * n;
     if (h3_wc.n == H3_WC_MAX || h3_wc.bytes + bytes > (size_t)h3_config.weight_cache_max_mb << 20) {
         H3_WARN_ONCE(H3_SUB_ENGINE, "weight_cache: the copies reached H3SHIM_WEIGHT_CACHE_MAX_MB=%ld; the GEMMs "

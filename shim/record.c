@@ -156,7 +156,10 @@ static struct h3_kernel *h3_kernel_get(const void *key, enum h3_handle_kind kind
         unsigned slot = (unsigned)((h >> 40) + i) % H3_KCACHE_SLOTS;
         struct h3_kernel *k = atomic_load_explicit(&h3_kcache[slot], memory_order_acquire);
         if (k == NULL) {
+            uint64_t t0 = h3_config.stats ? h3_now_ns() : 0;
             struct h3_kernel *fresh = h3_kernel_build(key, kind);
+            if (t0 != 0)
+                h3_stats_one_off(H3_ONE_OFF_KERNEL, h3_now_ns() - t0);
             if (fresh == NULL)
                 return NULL;
             struct h3_kernel *expected = NULL;

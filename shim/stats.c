@@ -19,6 +19,7 @@ static atomic_ulong h3_stat_shim_ns, h3_stat_forward_ns, h3_stat_shim_calls;
 static atomic_ulong h3_stat_own_ns[H3_FN_COUNT];      /* the shim's own time, per entry point */
 static atomic_ulong h3_stat_describe_ns[H3_FN_COUNT]; /* the part of it describing the call */
 static atomic_ulong h3_stat_match_ns;                 /* the matcher's part */
+static atomic_ulong h3_stat_one_off_ns[H3_ONE_OFF_KINDS], h3_stat_one_offs[H3_ONE_OFF_KINDS];
 static atomic_ulong h3_stat_errors[H3_FN_COUNT];
 /* The shim's own host time per call, in quarter-octave buckets: the mean
  * alone would be dominated by one-off work (first-use lookups, module loads,
@@ -108,6 +109,12 @@ void h3_stats_match_time(uint64_t ns)
     atomic_fetch_add_explicit(&h3_stat_match_ns, ns, memory_order_relaxed);
 }
 
+void h3_stats_one_off(enum h3_one_off kind, uint64_t ns)
+{
+    atomic_fetch_add_explicit(&h3_stat_one_off_ns[kind], ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h3_stat_one_offs[kind], 1, memory_order_relaxed);
+}
+
 /*
  * The shim's own host time so far, for a program that wants to see it while
  * it runs (tests/gpu/robust.py: the shim's share of each workload's time).
@@ -141,6 +148,10 @@ void h3_stats_reset(void)
         atomic_store(&h3_stat_own_ns[i], 0);
         atomic_store(&h3_stat_describe_ns[i], 0);
         atomic_store(&h3_stat_match_ns, 0);
+        if (i < H3_ONE_OFF_KINDS) {
+            atomic_store(&h3_stat_one_off_ns[i], 0);
+            atomic_store(&h3_stat_one_offs[i], 0);
+        }
     }
     atomic_store(&h3_stat_shim_ns, 0);
     atomic_store(&h3_stat_forward_ns, 0);
@@ -246,6 +257,17 @@ void h3_stats_print(void)
                       "checks and runs %.0f ns, the rest (call record, engine, weight_cache's scans) %.0f ns",
                       (double)describe * per, (double)match * per, (double)ops * per,
                       own > parts ? (double)(own - parts) * per : 0.0);
+        uint64_t kernels_ns = atomic_load(&h3_stat_one_off_ns[H3_ONE_OFF_KERNEL]),
+                 copies_ns = atomic_load(&h3_stat_one_off_ns[H3_ONE_OFF_COPY]),
+                 module_ns = atomic_load(&h3_stat_one_off_ns[H3_ONE_OFF_MODULE]),
+                 once = kernels_ns + copies_ns + module_ns;
+        h3_stats_line("shim host time, one-off work in it: the first sight of %lu kernels %.2f ms, %lu "
+                      "weight copies made %.2f ms, %lu loads of the fused kernels %.2f ms; without them, "
+                      "%.0f ns per call of its own",
+                      atomic_load(&h3_stat_one_offs[H3_ONE_OFF_KERNEL]), (double)kernels_ns / 1e6,
+                      atomic_load(&h3_stat_one_offs[H3_ONE_OFF_COPY]), (double)copies_ns / 1e6,
+                      atomic_load(&h3_stat_one_offs[H3_ONE_OFF_MODULE]), (double)module_ns / 1e6,
+                      own > once ? (double)(own - once) * per : 0.0);
     }
     if (shim_calls != 0) {
         uint64_t lo[3], hi[3];

@@ -166,6 +166,8 @@ def main():
                 if "host_ns_per_call" in st:
                     extra.append(f"shim's own host time {st['host_ns_per_call']} ns per observed call "
                                  f"(beside {st['forward_ns_per_call']} ns issuing held launches and ops' calls)")
+                if "host_ns_per_call_steady" in st:
+                    extra.append(f"{st['host_ns_per_call_steady']} ns without one-off work")
                 if extra:
                     lines.append("- " + "; ".join(extra))
     lines += ["", f"Result: {'pass' if ok else 'FAIL'}", ""]

@@ -40,6 +40,9 @@ def parse(stats):
     if m:
         out["host_ns_per_call"] = int(m.group(2))
         out["forward_ns_per_call"] = int(m.group(3))
+    m = re.search(r"one-off work in it: .*?; without them, (\d+) ns per call of its own", stats or "")
+    if m:  # the steady cost: first sights of kernels, weight copies' allocations, module loads left out
+        out["host_ns_per_call_steady"] = int(m.group(1))
     m = re.search(r"its own: median (\d+)-(\d+) ns, 90th percentile (\d+)-(\d+) ns, 99th percentile (\d+)-(\d+) ns",
                   stats or "")
     if m:

@@ -48,6 +48,26 @@ class OpsVerdict(unittest.TestCase):
         self.assertFalse(shimstats.ops_verdict(stats(0, [("aliased", 18)]), 9, ["residual_norm"])[0])
 
 
+class HostTime(unittest.TestCase):
+    """The shim's own host time as the stats print it, the steady cost apart."""
+
+    LINES = ("h3shim: 1 stats: shim host time: 98745 observed calls, 1175 ns per call of its own (record, matcher, "
+             "engine, op planning; the clock reads included), 1522 ns per call issuing held launches and ops' "
+             "kernels and library calls\n"
+             "h3shim: 1 stats: shim host time, one-off work in it: the first sight of 90 kernels 31.20 ms, 288 "
+             "weight copies made 14.00 ms, 1 loads of the fused kernels 2.10 ms; without them, 694 ns per call "
+             "of its own\n")
+
+    def test_mean_and_steady(self):
+        out = shimstats.parse(self.LINES)
+        self.assertEqual(out["host_ns_per_call"], 1175)
+        self.assertEqual(out["forward_ns_per_call"], 1522)
+        self.assertEqual(out["host_ns_per_call_steady"], 694)
+
+    def test_no_steady_line(self):
+        self.assertNotIn("host_ns_per_call_steady", shimstats.parse(self.LINES.splitlines()[0]))
+
+
 class RobustDeadline(unittest.TestCase):
     """robust.py starts no round that a round as long as the longest so far
     would carry past --deadline, and says how many rounds it ran."""
