@@ -226,7 +226,7 @@ struct h3_kernel {
     /* Finds the memory it writes through device memory, not its parameters
      * (NCCL's kernels): the weight cache cannot tell what it writes. */
     bool writes_unseen;
-    atomic_ulong calls;
+    atomic_ulong calls; /* launches seen, counted only with H3SHIM_STATS */
 };
 
 struct h3_lt_layout {

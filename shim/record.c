@@ -199,7 +199,8 @@ static void h3_desc_launch(struct h3_call *c, const void *handle, struct h3_kern
     c->shmem = (unsigned)shmem;
     c->stream = stream;
     if (k != NULL) {
-        atomic_fetch_add_explicit(&((struct h3_kernel *)k)->calls, 1, memory_order_relaxed);
+        if (h3_config.stats) /* only the stats read it: no shared cache line written per launch otherwise */
+            atomic_fetch_add_explicit(&((struct h3_kernel *)k)->calls, 1, memory_order_relaxed);
         c->nparams = k->nparams;
         c->param_bytes = k->param_bytes;
         c->param_sizes = k->param_sizes;
