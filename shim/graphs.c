@@ -61,27 +61,29 @@ static atomic_bool h3_captures_unsure;
 
 enum { H3_EDGE_BEGIN = 1, H3_EDGE_END_OPEN, H3_EDGE_END_CLOSED };
 
-static bool h3_fn_begins_capture(enum h3_fn fn)
+enum h3_capture_edge h3_capture_edge_of(enum h3_fn fn)
 {
     switch (fn) {
     case H3_FN_cudaStreamBeginCapture:
     case H3_FN_cudaStreamBeginCapture_ptsz:
-    case H3_FN_cudaStreamBeginCaptureToGraph:
-    case H3_FN_cudaStreamBeginCaptureToGraph_ptsz:
+    case H3_FN_cuStreamBeginCapture:      /* CUDA 10.0's form, global mode */
+    case H3_FN_cuStreamBeginCapture_ptsz: /* the same, per-thread stream */
     case H3_FN_cuStreamBeginCapture_v2:
     case H3_FN_cuStreamBeginCapture_v2_ptsz:
+        return H3_CAPTURE_BEGIN;
+    case H3_FN_cudaStreamBeginCaptureToGraph:
+    case H3_FN_cudaStreamBeginCaptureToGraph_ptsz:
     case H3_FN_cuStreamBeginCaptureToGraph:
     case H3_FN_cuStreamBeginCaptureToGraph_ptsz:
-        return true;
+        return H3_CAPTURE_BEGIN_INTO_GRAPH;
+    case H3_FN_cudaStreamEndCapture:
+    case H3_FN_cudaStreamEndCapture_ptsz:
+    case H3_FN_cuStreamEndCapture:
+    case H3_FN_cuStreamEndCapture_ptsz:
+        return H3_CAPTURE_END;
     default:
-        return false;
+        return H3_CAPTURE_NONE;
     }
-}
-
-static bool h3_fn_ends_capture(enum h3_fn fn)
-{
-    return fn == H3_FN_cudaStreamEndCapture || fn == H3_FN_cudaStreamEndCapture_ptsz ||
-           fn == H3_FN_cuStreamEndCapture || fn == H3_FN_cuStreamEndCapture_ptsz;
 }
 
 /* The driver's answer: is `stream` being captured (unknown counts as yes)? */
@@ -96,10 +98,11 @@ static bool h3_driver_says_capturing(const void *stream)
 
 void h3_captures_before(struct h3_call *c)
 {
-    if (h3_fn_begins_capture(c->fn)) {
+    enum h3_capture_edge edge = h3_capture_edge_of(c->fn);
+    if (edge == H3_CAPTURE_BEGIN || edge == H3_CAPTURE_BEGIN_INTO_GRAPH) {
         atomic_fetch_add_explicit(&h3_captures_open, 1, memory_order_seq_cst);
         c->capture_edge = H3_EDGE_BEGIN;
-    } else if (h3_fn_ends_capture(c->fn)) {
+    } else if (edge == H3_CAPTURE_END) {
         bool open = h3_driver_says_capturing(c->stream);
         c->capture_edge = open ? H3_EDGE_END_OPEN : H3_EDGE_END_CLOSED;
         if (open && atomic_load_explicit(&h3_captures_open, memory_order_seq_cst) <= 0 &&

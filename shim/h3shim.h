@@ -648,6 +648,10 @@ struct h3_grec *h3_graphs_capture_lock(const void *stream);
  * captured): no while no capture is open in the process (h3_captures_*),
  * else the driver's answer. */
 bool h3_stream_capturing(const void *stream);
+/* What a call does to stream capture: nothing, begin one (into a new graph
+ * or into an existing one), or end one. */
+enum h3_capture_edge { H3_CAPTURE_NONE, H3_CAPTURE_BEGIN, H3_CAPTURE_BEGIN_INTO_GRAPH, H3_CAPTURE_END };
+enum h3_capture_edge h3_capture_edge_of(enum h3_fn fn);
 /* Whether no capture is open anywhere in the process, as far as the shim
  * can tell (then a query that global-mode capture forbids is safe). */
 bool h3_captures_none(void);

@@ -16,8 +16,13 @@
 #include <cublasLt.h>
 #include <cudnn.h>
 
-/* cuda.h maps cuGetProcAddress to cuGetProcAddress_v2; the table names both. */
+/* cuda.h maps cuGetProcAddress to cuGetProcAddress_v2, and cuStreamBeginCapture
+ * to cuStreamBeginCapture_v2; the table names both forms of each (the first
+ * cuStreamBeginCapture, of CUDA 10.0, takes the stream alone). */
 #undef cuGetProcAddress
+#undef cuStreamBeginCapture
+CUresult cuStreamBeginCapture(CUstream hStream);
+CUresult cuStreamBeginCapture_ptsz(CUstream hStream);
 
 struct __half;
 cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void **, size_t, cudaStream_t);

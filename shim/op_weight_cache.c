@@ -451,23 +451,15 @@ static void h3_wcache_graph_launch(struct h3_call *c)
 void h3_wcache_observe(struct h3_call *c)
 {
     if (h3_graphs_on) {
+        enum h3_capture_edge edge = h3_capture_edge_of(c->fn);
+        if (edge != H3_CAPTURE_NONE) {
+            if (edge == H3_CAPTURE_END)
+                h3_graphs_end(c->stream);
+            else
+                h3_graphs_begin(c->stream, edge == H3_CAPTURE_BEGIN_INTO_GRAPH);
+            return;
+        }
         switch (c->fn) {
-        case H3_FN_cudaStreamBeginCapture:
-        case H3_FN_cudaStreamBeginCapture_ptsz:
-        case H3_FN_cuStreamBeginCapture_v2:
-        case H3_FN_cuStreamBeginCapture_v2_ptsz:
-            h3_graphs_begin(c->stream, false);
-            return;
-        case H3_FN_cudaStreamBeginCaptureToGraph:
-        case H3_FN_cuStreamBeginCaptureToGraph:
-            h3_graphs_begin(c->stream, true);
-            return;
-        case H3_FN_cudaStreamEndCapture:
-        case H3_FN_cudaStreamEndCapture_ptsz:
-        case H3_FN_cuStreamEndCapture:
-        case H3_FN_cuStreamEndCapture_ptsz:
-            h3_graphs_end(c->stream);
-            return;
         case H3_FN_cudaGraphLaunch:
         case H3_FN_cudaGraphLaunch_ptsz:
         case H3_FN_cuGraphLaunch:

@@ -233,7 +233,8 @@ static void fake_qk_as(void **p, uint64_t wide)
 
 /* Every stream is being captured while FAKE_CAPTURING is set (no capture
  * id nor graph then; the fake framework begins one capture, on stream
- * 0x5000, unless the value is "unseen"); else those between a begin and an
+ * 0x5000, unless the value is "unseen", through CUDA 10.0's
+ * cuStreamBeginCapture if it is "v1"); else those between a begin and an
  * end of capture. */
 FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
 {

@@ -489,7 +489,9 @@ FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *o
     static atomic_bool begun;
     const char *capturing = getenv("FAKE_CAPTURING");
     if (capturing != NULL && strcmp(capturing, "unseen") != 0 && !atomic_exchange(&begun, true) &&
-        cudaStreamBeginCapture((cudaStream_t)0x5000, cudaStreamCaptureModeGlobal) != cudaSuccess)
+        (strcmp(capturing, "v1") == 0 ? cuStreamBeginCapture((CUstream)0x5000) != CUDA_SUCCESS /* CUDA 10.0's */
+                                      : cudaStreamBeginCapture((cudaStream_t)0x5000, cudaStreamCaptureModeGlobal) !=
+                                            cudaSuccess))
         return -1;
     static _Thread_local char line[1 << 16];
     char *tok[64];

@@ -1379,12 +1379,13 @@ static void expect_wc_fallback(const char *const *env, const char *reason)
 
 /* The shim asks the driver whether a stream is being captured only while a
  * capture it saw begin is open (a few microseconds a GEMM on the legacy
- * stream otherwise).  Loop 0: none is; 1: one is (FAKE_CAPTURING). */
+ * stream otherwise).  Loop 0: none is; 1: one is (FAKE_CAPTURING); 2: one
+ * is, begun through CUDA 10.0's cuStreamBeginCapture. */
 START_TEST(capture_status_is_asked_only_while_a_capture_is_open)
 {
-    const bool open = _i == 1;
+    const bool open = _i >= 1;
     const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_WEIGHT_CACHE_GRAPHS=0", "T_LOG_CAPTURE_QUERIES=1",
-                               open ? "FAKE_CAPTURING=1" : NULL, NULL};
+                               _i == 0 ? NULL : _i == 1 ? "FAKE_CAPTURING=1" : "FAKE_CAPTURING=v1", NULL};
     char *stats;
     char *log = replay_with("capture-queries", env, &stats);
     ck_assert_uint_eq(count_lines_starting(log, "cuStreamIsCapturing "), open ? 4 * T_INSTANCES : 0);
@@ -1512,7 +1513,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_drops_a_copy_a_2d_copy_writes);
     tcase_add_test(ops, weight_cache_drops_everything_at_an_nccl_launch);
     tcase_add_loop_test(ops, weight_cache_in_a_graph_refills_what_was_dropped, 0, 2);
-    tcase_add_loop_test(ops, capture_status_is_asked_only_while_a_capture_is_open, 0, 2);
+    tcase_add_loop_test(ops, capture_status_is_asked_only_while_a_capture_is_open, 0, 3);
     tcase_add_test(ops, a_capture_ended_unseen_makes_the_shim_ask_again);
     tcase_add_test(ops, weight_cache_in_a_graph_that_writes_a_weight);
     tcase_add_test(ops, weight_cache_graph_mode_follows_its_validation);
