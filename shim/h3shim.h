@@ -819,6 +819,13 @@ static inline uint64_t h3_forward_begin(void)
     return h3_config.stats ? h3_now_ns() : 0;
 }
 
+/* With stats: host time since t0 (h3_now_ns) less the real calls made for
+ * the application meanwhile (h3_forward_ns was forward0 at t0). */
+static inline uint64_t h3_own_ns_since(uint64_t t0, uint64_t forward0)
+{
+    return h3_now_ns() - t0 - (h3_forward_ns - forward0);
+}
+
 static inline void h3_forward_end(uint64_t t0)
 {
     if (t0 != 0)

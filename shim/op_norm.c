@@ -368,6 +368,15 @@ static const char *h3_rn_launch(const struct h3_deferred *like, unsigned rows, b
     return h3_kernels_launch_staged("h3_residual_rmsnorm_f32_staged", like, rows, (unsigned)n * 2, args);
 }
 
+/* The residual kernel with the norm after it, over the launches `l` and the norm `a` read. */
+static const char *h3_rn_launch_fused(const struct h3_deferred *like, struct h3_rn_launches *l, long long *b_stride,
+                                      struct h3_nc_args *a, bool staged)
+{
+    void *args[] = {&l->b16, b_stride, &l->scale, &l->h, &l->p, &l->h_out, &a->gamma, &a->eps, &a->n, &a->y,
+                    &a->rstd, &a->out};
+    return h3_rn_launch(like, a->rows, staged, args);
+}
+
 /* The block's last residual, no norm after it: p = b16 * scale and h' = h
  * + p, by h3_residual_rmsnorm_f32 with every norm output left out.  The
  * kernel reads its inputs' elements before writing its outputs' in their
@@ -436,15 +445,14 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         return "unaligned";
     long long b_stride = l.b_row / 2;
     const char *clash, *staged_clash;
-    struct h3_nc_args sa = a;
-    struct h3_rn_launches sl = l;
     if (!h3_rn_fusable(&a, l.b16, b_stride, l.scale, l.h, &l.p, &l.h_out, false, &clash)) {
         /* Outputs in b16's memory: the staged kernel, on copies of what the
-         * check changes, so that the fallback below still sees the launches. */
-        bool staged = h3_rn_fusable(&sa, sl.b16, b_stride, sl.scale, sl.h, &sl.p, &sl.h_out, true, &staged_clash);
-        void *args[] = {&sl.b16, &b_stride, &sl.scale, &sl.h, &sl.p, &sl.h_out, &sa.gamma,
-                        &sa.eps, &sa.n, &sa.y, &sa.rstd, &sa.out};
-        if (staged && h3_rn_launch(norm, sa.rows, true, args) == NULL) {
+         * check changes (a failed check changes nothing), so that the
+         * fallback below still sees the launches. */
+        struct h3_nc_args sa = a;
+        struct h3_rn_launches sl = l;
+        if (h3_rn_fusable(&sa, sl.b16, b_stride, sl.scale, sl.h, &sl.p, &sl.h_out, true, &staged_clash) &&
+            h3_rn_launch_fused(norm, &sl, &b_stride, &sa, true) == NULL) {
             h3_op_note(&h3_op_residual_norm, "staged");
             return NULL;
         }
@@ -461,8 +469,7 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         h3_op_note(&h3_op_residual_norm, clash);
         return NULL;
     }
-    void *args[] = {&l.b16, &b_stride, &l.scale, &l.h, &l.p, &l.h_out, &a.gamma, &a.eps, &a.n, &a.y, &a.rstd, &a.out};
-    return h3_rn_launch(norm, a.rows, false, args);
+    return h3_rn_launch_fused(norm, &l, &b_stride, &a, false);
 }
 
 const struct h3_op h3_op_residual_norm = {

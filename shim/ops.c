@@ -259,8 +259,7 @@ const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *cal
     uint64_t t0 = h3_config.stats ? h3_now_ns() : 0, forward0 = h3_forward_ns;
     const char *why = r->op->run(r, calls, anchor);
     if (t0 != 0)
-        atomic_fetch_add_explicit(&h3_op_counts[i].own_ns, h3_now_ns() - t0 - (h3_forward_ns - forward0),
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&h3_op_counts[i].own_ns, h3_own_ns_since(t0, forward0), memory_order_relaxed);
     if (why != NULL) {
         h3_op_count_fallback(i, why);
         return why;
@@ -276,8 +275,8 @@ const char *h3_op_check_range(const struct h3_op_range *r, const struct h3_defer
     uint64_t t0 = h3_config.stats ? h3_now_ns() : 0, forward0 = h3_forward_ns;
     const char *why = r->op->check != NULL ? r->op->check(r, calls, anchor) : NULL;
     if (t0 != 0)
-        atomic_fetch_add_explicit(&h3_op_counts[h3_op_index(r->op)].check_ns,
-                                  h3_now_ns() - t0 - (h3_forward_ns - forward0), memory_order_relaxed);
+        atomic_fetch_add_explicit(&h3_op_counts[h3_op_index(r->op)].check_ns, h3_own_ns_since(t0, forward0),
+                                  memory_order_relaxed);
     if (why != NULL)
         h3_op_count_fallback(h3_op_index(r->op), why);
     return why;
