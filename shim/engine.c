@@ -633,6 +633,15 @@ bool h3_engine_before(struct h3_call *c)
     return held;
 }
 
+/* weight_cache's look at what call `c` may write, timed apart with stats. */
+static void h3_engine_scan(struct h3_call *c)
+{
+    uint64_t t0 = h3_config.stats ? h3_now_ns() : 0;
+    h3_wcache_observe(c);
+    if (t0 != 0)
+        h3_stats_part(H3_PART_SCAN, h3_now_ns() - t0);
+}
+
 /* The engine's decision on call `c` of this thread, whose queue `q` (if any) is locked. */
 static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
 {
@@ -643,16 +652,16 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
         if (h3_ends_context(c->fn))
             h3_engine_context_ending(c);
         else
-            h3_wcache_observe(c);
+            h3_engine_scan(c);
         return false;
     }
     uint64_t t0 = h3_config.stats ? h3_now_ns() : 0;
     h3_match_call(c);
     if (t0 != 0)
-        h3_stats_match_time(h3_now_ns() - t0);
+        h3_stats_part(H3_PART_MATCH, h3_now_ns() - t0);
     if (!h3_engine_on)
         return false;
-    h3_wcache_observe(c);
+    h3_engine_scan(c);
     const struct h3_groups *g = c->match_sig != NULL ? h3_groups_of(c->match_sig) : NULL;
     uint32_t j = c->match_call;
     bool grouped = g != NULL && g->first[j] >= 0;

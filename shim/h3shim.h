@@ -795,8 +795,10 @@ void h3_stats_count(const struct h3_call *c);
  * forwarded, `forward_ns` spent in real calls the shim made meanwhile on the
  * application's behalf (h3_forward_begin/end). */
 void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, uint64_t forward_ns);
-/* With stats: host time the matcher took on a call. */
-void h3_stats_match_time(uint64_t ns);
+/* With stats: host time a part of the shim took on a call (counted apart
+ * within its own time; describing and the ops are counted by their own). */
+enum h3_part { H3_PART_MATCH, H3_PART_SCAN, H3_PARTS };
+void h3_stats_part(enum h3_part part, uint64_t ns);
 /* With stats: one-off work inside the shim's own time, counted apart so
  * that the steady cost per call can be told from it. */
 enum h3_one_off { H3_ONE_OFF_KERNEL, H3_ONE_OFF_COPY, H3_ONE_OFF_MODULE, H3_ONE_OFF_KINDS };

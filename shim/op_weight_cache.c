@@ -67,7 +67,13 @@ static struct {
     unsigned n;
     size_t bytes;
     atomic_uint live; /* entries, for the fast "nothing cached" test */
-    uint64_t lo, hi;  /* bounds of every valid source */
+    _Atomic uint64_t lo, hi; /* bounds of every valid source (read without the lock) */
+    /* The 2 MiB pages that hold a source, hashed into 2^16 bits: set when an
+     * entry is made, cleared only when every entry goes, so read without the
+     * lock it never misses a source.  A launch's parameter word that falls
+     * inside [lo, hi) takes the lock only where its page may hold one: the
+     * activations' pointers fall between the weights, not on them. */
+    _Atomic uint64_t pages[1024];
     unsigned order[H3_WC_MAX]; /* entry indices by source address */
     uint64_t maxlen;  /* the longest source, in bytes */
     atomic_ulong hits, fills, drops;
@@ -187,8 +193,33 @@ static void h3_wc_bounds(void)
         lo = h3_wc.e[i].src < lo ? h3_wc.e[i].src : lo;
         hi = h3_wc.e[i].src + 4 * h3_wc.e[i].n > hi ? h3_wc.e[i].src + 4 * h3_wc.e[i].n : hi;
     }
-    h3_wc.lo = lo, h3_wc.hi = hi;
+    atomic_store_explicit(&h3_wc.lo, lo, memory_order_relaxed);
+    atomic_store_explicit(&h3_wc.hi, hi, memory_order_relaxed);
     atomic_store(&h3_wc.live, live);
+}
+
+#define H3_WC_PAGE_SHIFT 21
+
+static inline unsigned h3_wc_page_bit(uint64_t v)
+{
+    return (unsigned)(v >> H3_WC_PAGE_SHIFT) & (64 * H3_ARRAY_LEN(h3_wc.pages) - 1);
+}
+
+/* Whether address `v` may lie in a source (false: surely in none). */
+static inline bool h3_wc_page_may_hold(uint64_t v)
+{
+    unsigned b = h3_wc_page_bit(v);
+    return (atomic_load_explicit(&h3_wc.pages[b / 64], memory_order_relaxed) >> (b % 64)) & 1;
+}
+
+/* Marks the pages of [src, src + bytes) as holding a source. Locked. */
+static void h3_wc_pages_add(uint64_t src, uint64_t bytes)
+{
+    uint64_t first = src >> H3_WC_PAGE_SHIFT, last = (src + bytes - 1) >> H3_WC_PAGE_SHIFT;
+    for (uint64_t p = first; p <= last && p - first < 64 * H3_ARRAY_LEN(h3_wc.pages); p++) {
+        unsigned b = h3_wc_page_bit(p << H3_WC_PAGE_SHIFT);
+        atomic_fetch_or_explicit(&h3_wc.pages[b / 64], 1ull << (b % 64), memory_order_relaxed);
+    }
 }
 
 /* Drops (marks invalid, keeping the copy's memory for its refill) every
@@ -373,10 +404,11 @@ static void h3_wc_drop_range(void *arg, uint64_t lo, uint64_t hi)
     h3_wc_drop(lo, hi);
 }
 
-static void h3_wc_drop_word(void *arg, uint64_t v)
+static inline __attribute__((always_inline)) void h3_wc_drop_word(void *arg, uint64_t v)
 {
     (void)arg;
-    if (v >= h3_wc.lo && v < h3_wc.hi)
+    if (v >= atomic_load_explicit(&h3_wc.lo, memory_order_relaxed) &&
+        v < atomic_load_explicit(&h3_wc.hi, memory_order_relaxed) && h3_wc_page_may_hold(v))
         h3_wc_drop(v, v + 1);
 }
 
@@ -528,6 +560,7 @@ static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void 
     }
     h3_wc.bytes += bytes;
     h3_wc.e[h3_wc.n] = (struct h3_wc_entry){.src = src, .n = n, .stream = stream, .dst = dst};
+    h3_wc_pages_add(src, 4 * n);
     unsigned p = h3_wc.n;
     while (p > 0 && h3_wc.e[h3_wc.order[p - 1]].src > src) {
         h3_wc.order[p] = h3_wc.order[p - 1];
@@ -716,6 +749,8 @@ void h3_wcache_release_all(void)
     h3_wc.bytes = 0;
     h3_wc.maxlen = 0;
     h3_wc_bounds();
+    for (unsigned i = 0; i < H3_ARRAY_LEN(h3_wc.pages); i++)
+        atomic_store_explicit(&h3_wc.pages[i], 0, memory_order_relaxed);
     pthread_mutex_unlock(&h3_wc.lock);
 }
 

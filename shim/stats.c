@@ -18,7 +18,7 @@ static atomic_ulong h3_stat_calls[H3_FN_COUNT];
 static atomic_ulong h3_stat_shim_ns, h3_stat_forward_ns, h3_stat_shim_calls;
 static atomic_ulong h3_stat_own_ns[H3_FN_COUNT];      /* the shim's own time, per entry point */
 static atomic_ulong h3_stat_describe_ns[H3_FN_COUNT]; /* the part of it describing the call */
-static atomic_ulong h3_stat_match_ns;                 /* the matcher's part */
+static atomic_ulong h3_stat_part_ns[H3_PARTS];       /* the matcher's and the scans' parts */
 static atomic_ulong h3_stat_one_off_ns[H3_ONE_OFF_KINDS], h3_stat_one_offs[H3_ONE_OFF_KINDS];
 static atomic_ulong h3_stat_errors[H3_FN_COUNT];
 /* The shim's own host time per call, in quarter-octave buckets: the mean
@@ -104,9 +104,9 @@ void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, ui
     atomic_fetch_add_explicit(&h3_stat_shim_calls, 1, memory_order_relaxed);
 }
 
-void h3_stats_match_time(uint64_t ns)
+void h3_stats_part(enum h3_part part, uint64_t ns)
 {
-    atomic_fetch_add_explicit(&h3_stat_match_ns, ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h3_stat_part_ns[part], ns, memory_order_relaxed);
 }
 
 void h3_stats_one_off(enum h3_one_off kind, uint64_t ns)
@@ -147,7 +147,8 @@ void h3_stats_reset(void)
         atomic_store(&h3_stat_errors[i], 0);
         atomic_store(&h3_stat_own_ns[i], 0);
         atomic_store(&h3_stat_describe_ns[i], 0);
-        atomic_store(&h3_stat_match_ns, 0);
+        if (i < H3_PARTS)
+            atomic_store(&h3_stat_part_ns[i], 0);
         if (i < H3_ONE_OFF_KINDS) {
             atomic_store(&h3_stat_one_off_ns[i], 0);
             atomic_store(&h3_stat_one_offs[i], 0);
@@ -248,14 +249,16 @@ void h3_stats_print(void)
                       shim_calls, (double)atomic_load(&h3_stat_shim_ns) / (double)shim_calls,
                       (double)atomic_load(&h3_stat_forward_ns) / (double)shim_calls);
     if (shim_calls != 0) {
-        uint64_t describe = 0, match = atomic_load(&h3_stat_match_ns), ops = h3_ops_own_ns();
+        uint64_t describe = 0, match = atomic_load(&h3_stat_part_ns[H3_PART_MATCH]),
+                 scan = atomic_load(&h3_stat_part_ns[H3_PART_SCAN]), ops = h3_ops_own_ns();
         for (unsigned i = 0; i < H3_FN_COUNT; i++)
             describe += atomic_load(&h3_stat_describe_ns[i]);
-        uint64_t own = atomic_load(&h3_stat_shim_ns), parts = describe + match + ops;
+        uint64_t own = atomic_load(&h3_stat_shim_ns), parts = describe + match + scan + ops;
         double per = 1.0 / (double)shim_calls;
-        h3_stats_line("shim host time per call, its own, by part: describing %.0f ns, matching %.0f ns, ops' "
-                      "checks and runs %.0f ns, the rest (call record, engine, weight_cache's scans) %.0f ns",
-                      (double)describe * per, (double)match * per, (double)ops * per,
+        h3_stats_line("shim host time per call, its own, by part: describing %.0f ns, matching %.0f ns, "
+                      "weight_cache's scans %.0f ns, ops' checks and runs %.0f ns, the rest (call record, "
+                      "engine's queue) %.0f ns",
+                      (double)describe * per, (double)match * per, (double)scan * per, (double)ops * per,
                       own > parts ? (double)(own - parts) * per : 0.0);
         uint64_t kernels_ns = atomic_load(&h3_stat_one_off_ns[H3_ONE_OFF_KERNEL]),
                  copies_ns = atomic_load(&h3_stat_one_off_ns[H3_ONE_OFF_COPY]),

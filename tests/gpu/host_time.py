@@ -9,16 +9,27 @@ per call, apart from the real calls it makes for the application (held
 launches, ops' launches and cuBLASLt calls). `make bench-cpu` measures the
 same on the fake CUDA stack, on a machine without a GPU.
 
+With --floor, instead: the shim's own time against PyTorch's host dispatch
+floor (issue 6's eager criterion: under 5% of it), both from one machine in
+one run. `serve.py --floor` times the block stack at 6 tokens, where the GPU
+waits on the host: arm A without the shim (the floor), S with the shim's
+defaults, T the same with H3SHIM_STATS=1 (its own time per block: the steady
+ns per call, one-off work left out, times the calls, over the blocks it
+recognised), and with --shim-b a second build (arms SB, TB) beside it. The
+arms alternate, the first rotating each round; medians.
+
 Also reports the clock source, since every figure rests on clock reads.
-Writes tests/evidence/<date>-<gpu>-host-time.json and .md (and copies them to
-$OUT when set).
+Writes tests/evidence/<date>-<gpu>-host-time[-floor].json and .md (and copies
+them to $OUT when set).
 
     python3 tests/gpu/host_time.py [--latent 1,24,12,24,24] [--shim build/libh3shim.so]
+    python3 tests/gpu/host_time.py --floor [--rounds 3] [--shim-b OTHER.so] [--tag=-abc1234]
 """
 import argparse
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -56,13 +67,84 @@ def serve(latent, shim, env_add):
                            len(line.split("stats: ", 1)[1].split()) == 4]}
 
 
+def floor_run(shim, stats):
+    """One `serve.py --floor` process: ms per block, and with stats the shim's own time per block."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
+    if shim:
+        env.update(LD_PRELOAD=shim, **({"H3SHIM_STATS": "1"} if stats else {}))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "serve.py"), "--floor", "--json"], env=env,
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": p.stderr[-2000:]}
+    r = {"ms_per_block": json.loads(p.stdout)["ms_per_block"]}
+    if stats:
+        s = shimstats.parse(p.stderr)
+        r.update({k: s.get(k) for k in ("complete", "broken", "observed_calls", "host_ns_per_call",
+                                        "host_ns_per_call_steady", "host_ns_by_part", "ops")})
+        r["stats_lines"] = [line for line in p.stderr.splitlines() if "shim host time" in line]
+        if s.get("complete") and s.get("host_ns_per_call_steady") is not None:
+            # Every observed call is charged to the blocks, the few outside them too.
+            r["own_us_per_block"] = s["host_ns_per_call_steady"] * s["observed_calls"] / s["complete"] / 1e3
+    return r
+
+
+def floor_main(a, gpu, torch):
+    arms = {"A": (None, False), "S": (a.shim, False), "T": (a.shim, True)}
+    if a.shim_b:
+        arms.update(SB=(a.shim_b, False), TB=(a.shim_b, True))
+    names = list(arms)
+    runs = {n: [] for n in names}
+    for r in range(a.rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            runs[n].append(floor_run(*arms[n]))
+    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    summary = {n: {"ms_per_block": med([x["ms_per_block"] for x in runs[n] if "error" not in x])} for n in names}
+    for n in names:
+        own = [x["own_us_per_block"] for x in runs[n] if x.get("own_us_per_block") is not None]
+        if own:
+            summary[n]["own_us_per_block"] = med(own)
+    doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "clock": clock(),
+           "shim": a.shim, "shim_b": a.shim_b, "rounds": a.rounds, "summary": summary, "runs": runs}
+    base = summary["A"]["ms_per_block"]
+    lines = [f"# The shim's own host time against the dispatch floor, {gpu}, {datetime.date.today().isoformat()}",
+             "", f"torch {doc['torch']}, CUDA {doc['cuda']}; clock source {doc['clock']['clocksource']}. "
+             f"`serve.py --floor` (the block stack at 6 tokens, 36 blocks x 20 timed repetitions; the GPU waits "
+             f"on the host), {a.rounds} rounds, arms alternating; medians. A: no shim; S: the shim's defaults; "
+             "T: the same with H3SHIM_STATS=1" + ("; SB, TB: the same with " + a.shim_b if a.shim_b else "") + ".",
+             "", "| arm | ms per block | over A | shim's own us per block (steady) | own over A's floor | blocks "
+             "recognised, broken |", "|---|---|---|---|---|---|"]
+    for n in names:
+        m, own = summary[n]["ms_per_block"], summary[n].get("own_us_per_block")
+        last = next((x for x in reversed(runs[n]) if "error" not in x), {})
+        lines.append(f"| {n} | {m if m is None else f'{m:.4f}'} | "
+                     f"{'-' if m is None or base is None else f'{m / base:.3f}'} | "
+                     f"{'-' if own is None else f'{own:.1f}'} | "
+                     f"{'-' if own is None or base is None else f'{own / (base * 1e3) * 100:.2f}%'} | "
+                     f"{last.get('complete', '-')}, {last.get('broken', '-')} |")
+    for n in names:
+        for x in runs[n][-1:]:
+            if "error" in x:
+                lines += ["", f"{n} failed: ```{x['error'][-500:]}```"]
+            elif x.get("stats_lines"):
+                lines += ["", f"{n}, last round:", "", "```"] + x["stats_lines"] + ["```"]
+    lines.append("")
+    shimstats.write_evidence(gpu, "host-time-floor" + a.tag, doc, lines)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--latent", default="1,24,12,24,24")
     ap.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"))
+    ap.add_argument("--floor", action="store_true", help="the shim's own time against the dispatch floor")
+    ap.add_argument("--shim-b", help="with --floor: a second build timed beside the first")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tag", default="", help="appended to the evidence files' name")
     a = ap.parse_args()
     import torch
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no-gpu"
+    if a.floor:
+        return floor_main(a, gpu, torch)
     arms = {"observe only (H3SHIM_OPS=none)": {"H3SHIM_OPS": "none"},
             "matcher (H3SHIM_MATCH=1, H3SHIM_OPS=none)": {"H3SHIM_OPS": "none", "H3SHIM_MATCH": "1"},
             "defaults": {},

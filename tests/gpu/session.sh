@@ -12,6 +12,9 @@
 #   decode     full_decode.py: A, G and the defaults S, SG, 3 rounds; per request
 #              latency and host time, so host-bound requests show (4 min)
 #   quick      full_decode.py on the quick latent, defaults, 1 round (1 min)
+#   floor      host_time.py --floor: the shim's own time per block against
+#              PyTorch's dispatch floor, 3 rounds; with build/base.tar (git
+#              archive of another commit) that build beside this one (3-5 min)
 #   graphs     weight_cache inside captures: test_weight_cache.py --graphs, then the
 #              quick and the full decode with arms SG (the defaults) and NG
 #              (H3SHIM_WEIGHT_CACHE_GRAPHS=0) (5 min)
@@ -57,6 +60,21 @@ for step in "${steps[@]}"; do
             done ;;
         kernel-*) run "$step" 200 python3 "tests/gpu/test_${step#kernel-}.py" --fatbin build/kernels.fatbin ;;
         decode) run decode 420 python3 tests/gpu/full_decode.py --arms S,SG --rounds 3 --tag=-defaults ;;
+        floor)
+            b=()
+            if [[ -f build/base.tar ]]; then
+                mkdir -p "$work/base" && tar xf build/base.tar -C "$work/base"
+                # The same kernel sources need not be compiled twice.
+                if diff -rq kernels "$work/base/kernels" >/dev/null; then
+                    mkdir -p "$work/base/build" && cp build/kernels.fatbin build/kernels_fatbin.o "$work/base/build/"
+                fi
+                if make -C "$work/base" -j"$(nproc)" build/libh3shim.so >"$work/base-make.log" 2>&1; then
+                    b=(--shim-b "$work/base/build/libh3shim.so")
+                else
+                    tail -5 "$work/base-make.log"
+                fi
+            fi
+            run floor 420 python3 tests/gpu/host_time.py --floor --rounds 3 ${b[@]+"${b[@]}"} ;;
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
         workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds 3 --deadline 480 \
                        --tag=-workloads ;;

@@ -38,8 +38,13 @@ def parse(stats):
     m = re.search(r"shim host time: (\d+) observed calls, (\d+) ns per call of its own.*?, (\d+) ns per call "
                   r"issuing", stats or "")
     if m:
+        out["observed_calls"] = int(m.group(1))
         out["host_ns_per_call"] = int(m.group(2))
         out["forward_ns_per_call"] = int(m.group(3))
+    m = re.search(r"its own, by part: (.*)", stats or "")
+    if m:  # {"describing": ns, "matching": ns, ...} per call
+        out["host_ns_by_part"] = {re.sub(r" \(.*", "", k).strip(): int(v) for k, v in
+                                  re.findall(r"([^,:]+?(?: \([^)]*\))?) (\d+) ns", m.group(1))}
     m = re.search(r"one-off work in it: .*?; without them, (\d+) ns per call of its own", stats or "")
     if m:  # the steady cost: first sights of kernels, weight copies' allocations, module loads left out
         out["host_ns_per_call_steady"] = int(m.group(1))

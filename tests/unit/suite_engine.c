@@ -1182,6 +1182,17 @@ START_TEST(weight_cache_drops_a_copy_a_launch_may_write)
 }
 END_TEST
 
+START_TEST(weight_cache_drops_a_copy_a_launch_may_write_at_its_end)
+{
+    learn_block();
+    /* The same at the last word of that weight (6144 x 2048 FP32): many 2
+     * MiB pages past its first, so the lock-free page test must hold every
+     * page a source covers, not only its first. */
+    free(replay_wc_after_insert("wc-launch-write-end", FW_INSERT_KERNEL, fifth_weight() + 6144u * 2048u * 4u - 8u,
+                                T_WANT("47 hits, 25 fills, 1 drops")));
+}
+END_TEST
+
 START_TEST(weight_cache_drops_a_copy_a_2d_copy_writes)
 {
     learn_block();
@@ -1510,6 +1521,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_drops_a_copy_whose_source_is_written);
     tcase_add_test(ops, weight_cache_falls_back_exactly);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_launch_may_write);
+    tcase_add_test(ops, weight_cache_drops_a_copy_a_launch_may_write_at_its_end);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_2d_copy_writes);
     tcase_add_test(ops, weight_cache_drops_everything_at_an_nccl_launch);
     tcase_add_loop_test(ops, weight_cache_in_a_graph_refills_what_was_dropped, 0, 2);
