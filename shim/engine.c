@@ -636,10 +636,9 @@ bool h3_engine_before(struct h3_call *c)
 /* weight_cache's look at what call `c` may write, timed apart with stats. */
 static void h3_engine_scan(struct h3_call *c)
 {
-    uint64_t t0 = h3_config.stats ? h3_now_ns() : 0;
     h3_wcache_observe(c);
-    if (t0 != 0)
-        h3_stats_part(H3_PART_SCAN, h3_now_ns() - t0);
+    if (h3_config.stats)
+        h3_stats_part_end(c, H3_PART_SCAN);
 }
 
 /* The engine's decision on call `c` of this thread, whose queue `q` (if any) is locked. */
@@ -655,10 +654,9 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
             h3_engine_scan(c);
         return false;
     }
-    uint64_t t0 = h3_config.stats ? h3_now_ns() : 0;
     h3_match_call(c);
-    if (t0 != 0)
-        h3_stats_part(H3_PART_MATCH, h3_now_ns() - t0);
+    if (h3_config.stats) /* from the end of the description: the engine's way here is counted as matching */
+        h3_stats_part_end(c, H3_PART_MATCH);
     if (!h3_engine_on)
         return false;
     h3_engine_scan(c);

@@ -227,6 +227,7 @@ struct h3_kernel {
      * (NCCL's kernels): the weight cache cannot tell what it writes. */
     bool writes_unseen;
     atomic_ulong calls; /* launches seen, counted only with H3SHIM_STATS */
+    uint16_t sizes[];   /* param_sizes points here */
 };
 
 struct h3_lt_layout {
@@ -291,6 +292,8 @@ struct h3_call {
     uint64_t seq;
     uint64_t t0_ns, t1_ns;
     uint64_t described_ns; /* with stats: when the call was described (before the engine saw it) */
+    uint64_t mark_ns;      /* with stats: the end of the last part timed (h3_stats_part_end) */
+    uint64_t stat_reads;   /* with stats: h3_stats_reads when the call began */
     const void *stream;
     const void *handle; /* launches: the kernel handle or host stub as passed */
     const struct h3_kernel *kernel;
@@ -411,6 +414,10 @@ struct h3_sig {
     bool have_magic;
     uint32_t ncalls;
     struct h3_sig_call *calls;
+    /* The calls' parameter sizes, compared bytes and slots, in call order in
+     * one block (h3_sig_pack): what the matcher reads at a launch lies
+     * together, and the next call's after it. NULL: each its own. */
+    void *arena;
 };
 
 /* Parses a signature file's text.  Returns the signature, or NULL with one
@@ -794,11 +801,22 @@ void h3_stats_count(const struct h3_call *c);
 /* One observed call: `own_ns` of the shim's own host time before it was
  * forwarded, `forward_ns` spent in real calls the shim made meanwhile on the
  * application's behalf (h3_forward_begin/end). */
-void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, uint64_t forward_ns);
-/* With stats: host time a part of the shim took on a call (counted apart
- * within its own time; describing and the ops are counted by their own). */
+void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, uint64_t forward_ns,
+                        uint64_t reads);
+/* With stats: the clock for the shim's timing of its own parts.  Each read
+ * is counted on the thread, so that the stats can take the reads' own cost
+ * out of the shim's time (the call's first and last reads, and those
+ * around real calls, are left in: the figure stays an upper bound). */
+extern __attribute__((tls_model("initial-exec"))) _Thread_local uint64_t h3_stats_reads;
+static inline uint64_t h3_stats_clock(void)
+{
+    h3_stats_reads++;
+    return h3_now_ns();
+}
+/* With stats: call c's part `part` ends now; it began where the last part
+ * ended (c->mark_ns), so consecutive parts cost one clock read each. */
 enum h3_part { H3_PART_MATCH, H3_PART_SCAN, H3_PARTS };
-void h3_stats_part(enum h3_part part, uint64_t ns);
+void h3_stats_part_end(struct h3_call *c, enum h3_part part);
 /* With stats: one-off work inside the shim's own time, counted apart so
  * that the steady cost per call can be told from it. */
 enum h3_one_off { H3_ONE_OFF_KERNEL, H3_ONE_OFF_COPY, H3_ONE_OFF_MODULE, H3_ONE_OFF_KINDS };
@@ -825,7 +843,7 @@ static inline uint64_t h3_forward_begin(void)
  * the application meanwhile (h3_forward_ns was forward0 at t0). */
 static inline uint64_t h3_own_ns_since(uint64_t t0, uint64_t forward0)
 {
-    return h3_now_ns() - t0 - (h3_forward_ns - forward0);
+    return h3_stats_clock() - t0 - (h3_forward_ns - forward0);
 }
 
 static inline void h3_forward_end(uint64_t t0)

@@ -44,6 +44,7 @@ static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn)
     c->device = -1;
     if (h3_trace_on || h3_config.stats)
         c->t0_ns = h3_now_ns();
+    c->stat_reads = h3_stats_reads;
     h3_forward_ns = 0;
 }
 
@@ -54,14 +55,15 @@ static inline void h3_call_decided(struct h3_call *c)
 {
     if (h3_config.stats)
         h3_stats_shim_time(c->fn, h3_now_ns() - c->t0_ns - h3_forward_ns,
-                           c->described_ns != 0 ? c->described_ns - c->t0_ns : 0, h3_forward_ns);
+                           c->described_ns != 0 ? c->described_ns - c->t0_ns : 0, h3_forward_ns,
+                           h3_stats_reads - c->stat_reads);
 }
 
 /* The call is described: with stats, the time so far is the description's. */
 static inline void h3_call_described(struct h3_call *c)
 {
     if (h3_config.stats)
-        c->described_ns = h3_now_ns();
+        c->described_ns = c->mark_ns = h3_stats_clock();
 }
 
 /* Whether configuration calls must be remembered: the shim is active and

@@ -328,6 +328,7 @@ struct h3_wc_sink {
     void (*range)(void *arg, uint64_t lo, uint64_t hi); /* [lo, hi); [0, UINT64_MAX): anywhere */
     void (*word)(void *arg, uint64_t v);                 /* a parameter word that may point where it writes */
     void *arg;
+    bool in_sources; /* only the words inside the valid sources' bounds are wanted */
 };
 
 /* The synchronising entry points whose writes the shim cannot bound: graph
@@ -379,11 +380,20 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
             k->range(k->arg, 0, UINT64_MAX); /* an NCCL collective may write any weight */
             return;
         }
+        /* The bounds are read once: a launch's parameters can be kilobytes
+         * (the cat's input list), and another thread's change to them during
+         * the scan is as if the launch had come before it. */
+        uint64_t lo = 0, span = 0;
+        if (k->in_sources) {
+            lo = atomic_load_explicit(&h3_wc.lo, memory_order_relaxed);
+            span = atomic_load_explicit(&h3_wc.hi, memory_order_relaxed) - lo;
+        }
         for (uint32_t p = 0; c->args != NULL && c->param_sizes != NULL && p < c->nparams; p++)
             for (uint32_t off = 0; off + 8 <= c->param_sizes[p]; off += 8) {
                 uint64_t v;
                 memcpy(&v, (const char *)c->args[p] + off, 8);
-                k->word(k->arg, v);
+                if (!k->in_sources || v - lo < span)
+                    k->word(k->arg, v);
             }
         return;
     }
@@ -412,7 +422,7 @@ static inline __attribute__((always_inline)) void h3_wc_drop_word(void *arg, uin
         h3_wc_drop(v, v + 1);
 }
 
-static const struct h3_wc_sink h3_wc_dropper = {h3_wc_drop_range, h3_wc_drop_word, NULL};
+static const struct h3_wc_sink h3_wc_dropper = {h3_wc_drop_range, h3_wc_drop_word, NULL, true};
 
 static void h3_wc_record_range(void *arg, uint64_t lo, uint64_t hi)
 {
@@ -504,7 +514,7 @@ void h3_wcache_observe(struct h3_call *c)
         /* A captured call: what it may write is dropped again at every launch of its graph. */
         struct h3_grec *rec = h3_graphs_capture_lock(c->stream);
         if (rec != NULL) {
-            struct h3_wc_sink k = {h3_wc_record_range, h3_wc_record_word, rec};
+            struct h3_wc_sink k = {h3_wc_record_range, h3_wc_record_word, rec, false};
             h3_wc_each_write(c, &k);
             h3_graphs_unlock();
         }
@@ -524,10 +534,10 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
         if (e->n == n && e->stream == stream)
             return e;
     }
-    uint64_t t0 = h3_config.stats ? h3_now_ns() : 0;
+    uint64_t t0 = h3_config.stats ? h3_stats_clock() : 0;
     struct h3_wc_entry *e = h3_wc_entry_new(src, n, stream, why);
     if (t0 != 0 && e != NULL)
-        h3_stats_one_off(H3_ONE_OFF_COPY, h3_now_ns() - t0);
+        h3_stats_one_off(H3_ONE_OFF_COPY, h3_stats_clock() - t0);
     return e;
 }
 

@@ -83,10 +83,6 @@ static char *h3_demangle(const char *mangled)
 /* Builds the cache entry of a kernel handle; NULL on allocation failure. */
 static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind kind)
 {
-    struct h3_kernel *k = calloc(1, sizeof(*k));
-    if (k == NULL)
-        return NULL;
-    k->key = key;
     const char *name = NULL;
     CUfunction func = NULL;
     if (kind == H3_HANDLE_HOST_STUB) {
@@ -120,6 +116,11 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
             bytes = (uint32_t)(off + size);
         }
     }
+    /* The sizes follow the entry in its allocation: a launch reads both. */
+    struct h3_kernel *k = calloc(1, sizeof(*k) + n * sizeof(uint16_t));
+    if (k == NULL)
+        return NULL;
+    k->key = key;
     k->name = strdup(name != NULL ? name : "?");
     k->name_hash = k->name != NULL ? h3_hash(H3_HASH_SEED, k->name, strlen(k->name)) : H3_HASH_SEED;
     char *demangled = h3_demangle(name);
@@ -127,13 +128,8 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
     k->writes_unseen = k->name != NULL && strstr(k->name, "nccl") != NULL;
     k->nparams = n;
     k->param_bytes = bytes;
-    if (n > 0) {
-        k->param_sizes = malloc(n * sizeof(uint16_t));
-        if (k->param_sizes != NULL)
-            memcpy(k->param_sizes, sizes, n * sizeof(uint16_t));
-        else
-            k->nparams = 0;
-    }
+    if (n > 0)
+        k->param_sizes = memcpy(k->sizes, sizes, n * sizeof(uint16_t));
     return k;
 }
 
@@ -142,7 +138,6 @@ static void h3_kernel_free(struct h3_kernel *k)
     if (k->pretty != k->name)
         free((void *)k->pretty);
     free((void *)k->name);
-    free(k->param_sizes);
     free(k);
 }
 
@@ -156,10 +151,10 @@ static struct h3_kernel *h3_kernel_get(const void *key, enum h3_handle_kind kind
         unsigned slot = (unsigned)((h >> 40) + i) % H3_KCACHE_SLOTS;
         struct h3_kernel *k = atomic_load_explicit(&h3_kcache[slot], memory_order_acquire);
         if (k == NULL) {
-            uint64_t t0 = h3_config.stats ? h3_now_ns() : 0;
+            uint64_t t0 = h3_config.stats ? h3_stats_clock() : 0;
             struct h3_kernel *fresh = h3_kernel_build(key, kind);
             if (t0 != 0)
-                h3_stats_one_off(H3_ONE_OFF_KERNEL, h3_now_ns() - t0);
+                h3_stats_one_off(H3_ONE_OFF_KERNEL, h3_stats_clock() - t0);
             if (fresh == NULL)
                 return NULL;
             struct h3_kernel *expected = NULL;

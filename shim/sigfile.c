@@ -547,6 +547,52 @@ static bool h3_sig_line(struct h3_sig_parser *p, char *line)
     return h3_sig_call_line(p, tok, n);
 }
 
+/* Frees call c's parameter sizes, compared bytes and slots (not packed). */
+static void h3_sig_call_free_arrays(struct h3_sig_call *c)
+{
+    free(c->param_sizes);
+    for (uint32_t j = 0; j < c->nbytes; j++)
+        free(c->bytes[j].data);
+    free(c->bytes);
+    free(c->slots);
+}
+
+#define H3_PACK_ALIGN(n) (((n) + 7) & ~(size_t)7)
+
+/* Moves every call's parameter sizes, compared bytes and slots into one
+ * block, in call order (the matcher walks the calls in order; the cache
+ * then finds each call's data beside the last).  Left as it is when the
+ * block cannot be had. */
+static void h3_sig_pack(struct h3_sig *s)
+{
+    size_t need = 0;
+    for (uint32_t i = 0; i < s->ncalls; i++) {
+        const struct h3_sig_call *c = &s->calls[i];
+        need += H3_PACK_ALIGN(c->nparams * sizeof(uint16_t)) + c->nbytes * sizeof(struct h3_sig_bytes) +
+                c->nslots * sizeof(struct h3_sig_slot);
+        for (uint32_t j = 0; j < c->nbytes; j++)
+            need += H3_PACK_ALIGN(c->bytes[j].len);
+    }
+    unsigned char *arena = need != 0 ? malloc(need) : NULL, *at = arena;
+    if (arena == NULL)
+        return;
+    for (uint32_t i = 0; i < s->ncalls; i++) {
+        struct h3_sig_call *c = &s->calls[i], old = *c;
+        c->param_sizes = old.param_sizes != NULL ? memcpy(at, old.param_sizes, c->nparams * sizeof(uint16_t)) : NULL;
+        at += H3_PACK_ALIGN(c->nparams * sizeof(uint16_t));
+        c->slots = old.slots != NULL ? memcpy(at, old.slots, c->nslots * sizeof(struct h3_sig_slot)) : NULL;
+        at += c->nslots * sizeof(struct h3_sig_slot);
+        c->bytes = old.bytes != NULL ? memcpy(at, old.bytes, c->nbytes * sizeof(struct h3_sig_bytes)) : NULL;
+        at += c->nbytes * sizeof(struct h3_sig_bytes);
+        for (uint32_t j = 0; j < c->nbytes; j++) {
+            c->bytes[j].data = memcpy(at, old.bytes[j].data, c->bytes[j].len);
+            at += H3_PACK_ALIGN(c->bytes[j].len);
+        }
+        h3_sig_call_free_arrays(&old);
+    }
+    s->arena = arena;
+}
+
 void h3_sig_free(struct h3_sig *s)
 {
     if (s == NULL)
@@ -554,13 +600,11 @@ void h3_sig_free(struct h3_sig *s)
     for (uint32_t i = 0; i < s->ncalls; i++) {
         struct h3_sig_call *c = &s->calls[i];
         free(c->kernel);
-        free(c->param_sizes);
-        for (uint32_t j = 0; j < c->nbytes; j++)
-            free(c->bytes[j].data);
-        free(c->bytes);
-        free(c->slots);
+        if (s->arena == NULL)
+            h3_sig_call_free_arrays(c);
         free(c->uids);
     }
+    free(s->arena);
     free(s->calls);
     char **fields[] = {&s->path, &s->model, &s->group, &s->torch, &s->cuda,
                        &s->sm, &s->created, &s->cublaslt, &s->cudnn, &s->source};
@@ -615,6 +659,7 @@ struct h3_sig *h3_sig_parse(const char *text, size_t len, const char *path, char
         h3_sig_free(p.sig);
         return NULL;
     }
+    h3_sig_pack(p.sig);
     return p.sig;
 }
 

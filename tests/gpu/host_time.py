@@ -11,19 +11,21 @@ same on the fake CUDA stack, on a machine without a GPU.
 
 With --floor, instead: the shim's own time against PyTorch's host dispatch
 floor (issue 6's eager criterion: under 5% of it), both from one machine in
-one run. `serve.py --floor` times the block stack at 6 tokens, where the GPU
-waits on the host: arm A without the shim (the floor), S with the shim's
-defaults, T the same with H3SHIM_STATS=1 (its own time per block: the steady
-ns per call, one-off work left out, times the calls, over the blocks it
-recognised), and with --shim-b a second build (arms SB, TB) beside it. The
-arms alternate, the first rotating each round; medians.
+one run. Arm A: `serve.py --floor` without the shim, the block stack at 6
+tokens, where the GPU waits on the host (the floor); S: the same under the
+shim (it recognises no block at 6 tokens: another host-bound program's
+cost); T: the quick decode under the shim with H3SHIM_STATS=1, every block
+fused: its own time per block (one-off work and the stats' clock reads
+inside its parts taken out, every observed call charged to the blocks).
+With --shim-b a second build (arms SB, TB) beside it. The arms alternate,
+the first rotating each round; medians.
 
 Also reports the clock source, since every figure rests on clock reads.
 Writes tests/evidence/<date>-<gpu>-host-time[-floor].json and .md (and copies
 them to $OUT when set).
 
     python3 tests/gpu/host_time.py [--latent 1,24,12,24,24] [--shim build/libh3shim.so]
-    python3 tests/gpu/host_time.py --floor [--rounds 3] [--shim-b OTHER.so] [--tag=-abc1234]
+    python3 tests/gpu/host_time.py --floor [--rounds 3] [--latent ...] [--shim-b OTHER.so] [--tag=-abc1234]
 """
 import argparse
 import datetime
@@ -67,60 +69,85 @@ def serve(latent, shim, env_add):
                            len(line.split("stats: ", 1)[1].split()) == 4]}
 
 
-def floor_run(shim, stats):
-    """One `serve.py --floor` process: ms per block, and with stats the shim's own time per block."""
+def child_env(shim, stats):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     if shim:
         env.update(LD_PRELOAD=shim, **({"H3SHIM_STATS": "1"} if stats else {}))
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "serve.py"), "--floor", "--json"], env=env,
-                       capture_output=True, text=True)
+    return env
+
+
+def floor_run(shim):
+    """One `serve.py --floor` process: PyTorch's host dispatch cost per block (plus the shim's, with one)."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "serve.py"), "--floor", "--json"],
+                       env=child_env(shim, False), capture_output=True, text=True)
     if p.returncode != 0:
         return {"error": p.stderr[-2000:]}
-    r = {"ms_per_block": json.loads(p.stdout)["ms_per_block"]}
-    if stats:
-        s = shimstats.parse(p.stderr)
-        r.update({k: s.get(k) for k in ("complete", "broken", "observed_calls", "host_ns_per_call",
-                                        "host_ns_per_call_steady", "host_ns_by_part", "ops")})
-        r["stats_lines"] = [line for line in p.stderr.splitlines() if "shim host time" in line]
-        if s.get("complete") and s.get("host_ns_per_call_steady") is not None:
-            # Every observed call is charged to the blocks, the few outside them too.
-            r["own_us_per_block"] = s["host_ns_per_call_steady"] * s["observed_calls"] / s["complete"] / 1e3
+    return {"ms_per_block": json.loads(p.stdout)["ms_per_block"]}
+
+
+def own_run(shim, latent):
+    """One quick decode under the shim with stats: its own host time per recognised block."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "serve.py"), "--latent", latent,
+                        "--requests", "3", "--json"], env=child_env(shim, True), capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": p.stderr[-2000:]}
+    s = shimstats.parse(p.stderr)
+    r = {k: s.get(k) for k in ("complete", "broken", "observed_calls", "host_ns_per_call", "host_ns_per_call_steady",
+                               "host_ns_per_call_net", "stats_reads_per_call", "clock_read_ns", "host_ns_by_part",
+                               "ops")}
+    r["median_ms_per_request"] = json.loads(p.stdout)["summary"]["median_ms"]
+    r["stats_lines"] = [line for line in p.stderr.splitlines() if "shim host time" in line]
+    per_call = s.get("host_ns_per_call_net", s.get("host_ns_per_call_steady"))
+    if s.get("complete") and per_call is not None:
+        # Every observed call is charged to the blocks, the few outside them too.
+        r["own_us_per_block"] = per_call * s["observed_calls"] / s["complete"] / 1e3
     return r
 
 
 def floor_main(a, gpu, torch):
-    arms = {"A": (None, False), "S": (a.shim, False), "T": (a.shim, True)}
+    # A: the floor without the shim; S: with it (at 6 tokens it recognises no block: what another host-bound
+    # program's launches pay); T: the shim's own time per block in the quick decode, where every block is fused.
+    arms = {"A": ("floor", None), "S": ("floor", a.shim), "T": ("own", a.shim)}
     if a.shim_b:
-        arms.update(SB=(a.shim_b, False), TB=(a.shim_b, True))
+        arms.update(SB=("floor", a.shim_b), TB=("own", a.shim_b))
     names = list(arms)
     runs = {n: [] for n in names}
     for r in range(a.rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            runs[n].append(floor_run(*arms[n]))
+            kind, shim = arms[n]
+            runs[n].append(floor_run(shim) if kind == "floor" else own_run(shim, a.latent))
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
-    summary = {n: {"ms_per_block": med([x["ms_per_block"] for x in runs[n] if "error" not in x])} for n in names}
+    summary = {}
     for n in names:
-        own = [x["own_us_per_block"] for x in runs[n] if x.get("own_us_per_block") is not None]
-        if own:
-            summary[n]["own_us_per_block"] = med(own)
-    doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "clock": clock(),
+        ok = [x for x in runs[n] if "error" not in x]
+        key = "ms_per_block" if arms[n][0] == "floor" else "own_us_per_block"
+        summary[n] = {key: med([x[key] for x in ok if x.get(key) is not None])}
+    doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "clock": clock(), "latent": a.latent,
            "shim": a.shim, "shim_b": a.shim_b, "rounds": a.rounds, "summary": summary, "runs": runs}
     base = summary["A"]["ms_per_block"]
     lines = [f"# The shim's own host time against the dispatch floor, {gpu}, {datetime.date.today().isoformat()}",
              "", f"torch {doc['torch']}, CUDA {doc['cuda']}; clock source {doc['clock']['clocksource']}. "
-             f"`serve.py --floor` (the block stack at 6 tokens, 36 blocks x 20 timed repetitions; the GPU waits "
-             f"on the host), {a.rounds} rounds, arms alternating; medians. A: no shim; S: the shim's defaults; "
-             "T: the same with H3SHIM_STATS=1" + ("; SB, TB: the same with " + a.shim_b if a.shim_b else "") + ".",
-             "", "| arm | ms per block | over A | shim's own us per block (steady) | own over A's floor | blocks "
-             "recognised, broken |", "|---|---|---|---|---|---|"]
+             f"{a.rounds} rounds, arms alternating; medians. A: `serve.py --floor` without the shim (the block "
+             "stack at 6 tokens, 36 blocks x 20 timed repetitions; the GPU waits on the host): PyTorch's host "
+             "dispatch floor per block. S: the same under the shim's defaults (at 6 tokens it recognises no "
+             f"block, so this is what another host-bound program's launches pay). T: the quick decode [{a.latent}] "
+             "under the shim's defaults with H3SHIM_STATS=1, where every block is fused: the shim's own host time "
+             "per block, one-off work and the stats' clock reads inside its parts taken out, every observed call "
+             "charged to the blocks." + (f" SB, TB: the same with {a.shim_b}." if a.shim_b else ""), "",
+             "| arm | floor ms per block | over A | shim's own us per block | over A's floor | blocks recognised, "
+             "broken |", "|---|---|---|---|---|---|"]
     for n in names:
-        m, own = summary[n]["ms_per_block"], summary[n].get("own_us_per_block")
+        m, own = summary[n].get("ms_per_block"), summary[n].get("own_us_per_block")
         last = next((x for x in reversed(runs[n]) if "error" not in x), {})
-        lines.append(f"| {n} | {m if m is None else f'{m:.4f}'} | "
+        lines.append(f"| {n} | {'-' if m is None else f'{m:.4f}'} | "
                      f"{'-' if m is None or base is None else f'{m / base:.3f}'} | "
                      f"{'-' if own is None else f'{own:.1f}'} | "
                      f"{'-' if own is None or base is None else f'{own / (base * 1e3) * 100:.2f}%'} | "
                      f"{last.get('complete', '-')}, {last.get('broken', '-')} |")
+    lines += ["", "Per round: " + "; ".join(
+        f"{n} " + ", ".join(f"{x[k]:.4f}" if x.get(k) is not None else "error" for x in runs[n]
+                            for k in ["ms_per_block" if arms[n][0] == "floor" else "own_us_per_block"])
+        for n in names)]
     for n in names:
         for x in runs[n][-1:]:
             if "error" in x:

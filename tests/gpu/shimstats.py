@@ -48,6 +48,11 @@ def parse(stats):
     m = re.search(r"one-off work in it: .*?; without them, (\d+) ns per call of its own", stats or "")
     if m:  # the steady cost: first sights of kernels, weight copies' allocations, module loads left out
         out["host_ns_per_call_steady"] = int(m.group(1))
+    m = re.search(r"clock reads in it: ([\d.]+) a call .*?, ([\d.]+) ns a read .*?; without them and the one-off "
+                  r"work, (\d+) ns per call of its own", stats or "")
+    if m:  # the steady cost less the stats' own clock reads between a call's first and last
+        out.update(stats_reads_per_call=float(m.group(1)), clock_read_ns=float(m.group(2)),
+                   host_ns_per_call_net=int(m.group(3)))
     m = re.search(r"its own: median (\d+)-(\d+) ns, 90th percentile (\d+)-(\d+) ns, 99th percentile (\d+)-(\d+) ns",
                   stats or "")
     if m:
