@@ -231,7 +231,7 @@ struct h3_queue {
     _Atomic(const void *) held_stream; /* ... and the stream of what it holds */
 };
 
-static _Thread_local struct h3_queue *h3_queue;
+static __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_queue *h3_queue;
 
 /*
  * Every thread's queue, so that a call on one thread issues what another
@@ -699,7 +699,8 @@ static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h
         h3_flush(q, H3_FLUSH_LIMIT, c);
         return false;
     }
-    atomic_fetch_add_explicit(&h3_deferred_calls, 1, memory_order_relaxed);
+    if (h3_config.stats) /* only the stats read it: no shared cache line written per held launch otherwise */
+        atomic_fetch_add_explicit(&h3_deferred_calls, 1, memory_order_relaxed);
     q->groups = g;
     q->stream = c->stream;
     q->next = j + 1;

@@ -391,6 +391,7 @@ struct h3_sig_call {
     enum h3_sig_kind kind;
     int line;
     char *kernel;
+    uint64_t kernel_hash; /* h3_hash of `kernel`, as a launch's h3_kernel.name_hash: most names differ there */
     bool have_config, have_params, have_uids;
     unsigned grid[3], block[3], shmem;
     uint32_t nparams;

@@ -123,7 +123,8 @@ CUfunction h3_kernels_function(const char *name, const void *stream, const char 
     CUfunction fn = NULL;
     pthread_mutex_lock(&h3_kernels.lock);
     for (unsigned i = 0; i < h3_kernels.nfns && fn == NULL; i++)
-        if (h3_kernels.fns[i].ctx == ctx && strcmp(h3_kernels.fns[i].name, name) == 0)
+        if (h3_kernels.fns[i].ctx == ctx &&
+            (h3_kernels.fns[i].name == name || strcmp(h3_kernels.fns[i].name, name) == 0)) /* names are literals */
             fn = h3_kernels.fns[i].fn;
     if (fn == NULL && h3_stream_capturing(stream)) {
         *why = "capturing_first_use";

@@ -146,7 +146,8 @@ static const char *h3_match_one(struct h3_match_progress *p, uint32_t j, const s
         if (c->kernel == NULL)
             return "kernel";
         if (c->kernel != p->kernels[j]) { /* kernels are cached per handle: a name is compared once */
-            if (strcmp(c->kernel->name, sc->kernel) != 0)
+            /* Another kernel's name is told by its hash, without reading either name. */
+            if (c->kernel->name_hash != sc->kernel_hash || strcmp(c->kernel->name, sc->kernel) != 0)
                 return "kernel";
             p->kernels[j] = c->kernel;
         }

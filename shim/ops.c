@@ -196,7 +196,7 @@ static void h3_op_count_fallback(unsigned i, const char *why)
     h3_op_count_key(h3_op_counts[i].reason, h3_op_counts[i].fallbacks, why);
 }
 
-static _Thread_local const char *h3_op_last_note;
+static __attribute__((tls_model("initial-exec"))) _Thread_local const char *h3_op_last_note;
 
 void h3_op_note(const struct h3_op *op, const char *how)
 {

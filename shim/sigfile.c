@@ -559,10 +559,10 @@ static void h3_sig_call_free_arrays(struct h3_sig_call *c)
 
 #define H3_PACK_ALIGN(n) (((n) + 7) & ~(size_t)7)
 
-/* Moves every call's parameter sizes, compared bytes and slots into one
- * block, in call order (the matcher walks the calls in order; the cache
- * then finds each call's data beside the last).  Left as it is when the
- * block cannot be had. */
+/* Hashes the calls' kernel names, and moves every call's parameter sizes,
+ * compared bytes and slots into one block, in call order (the matcher
+ * walks the calls in order; the cache then finds each call's data beside
+ * the last).  The arrays are left as they are when the block cannot be had. */
 static void h3_sig_pack(struct h3_sig *s)
 {
     size_t need = 0;
@@ -573,6 +573,9 @@ static void h3_sig_pack(struct h3_sig *s)
         for (uint32_t j = 0; j < c->nbytes; j++)
             need += H3_PACK_ALIGN(c->bytes[j].len);
     }
+    for (uint32_t i = 0; i < s->ncalls; i++)
+        if (s->calls[i].kernel != NULL)
+            s->calls[i].kernel_hash = h3_hash(H3_HASH_SEED, s->calls[i].kernel, strlen(s->calls[i].kernel));
     unsigned char *arena = need != 0 ? malloc(need) : NULL, *at = arena;
     if (arena == NULL)
         return;
