@@ -78,7 +78,14 @@ static struct {
     uint64_t maxlen;  /* the longest source, in bytes */
     atomic_ulong hits, fills, drops;
     atomic_ulong graph_launches, graph_refills; /* with graphs */
+    /* The first call that dropped a copy, for the stats: which entry point,
+     * and which kernel when a launch (drops are rare and each costs a refill,
+     * or under a capture the copy's use). */
+    _Atomic(const char *) first_drop_fn, first_drop_kernel;
 } h3_wc = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The call h3_wcache_observe is looking at on this thread (NULL otherwise). */
+static __attribute__((tls_model("initial-exec"))) _Thread_local const struct h3_call *h3_wc_observing;
 
 /* Per signature, which calls are casts that the op replaces (they read a
  * source: their launches do not invalidate it). */
@@ -244,6 +251,11 @@ static void h3_wc_drop(uint64_t lo, uint64_t hi)
     if (any)
         h3_wc_bounds();
     pthread_mutex_unlock(&h3_wc.lock);
+    const struct h3_call *c = h3_wc_observing;
+    const char *expected = NULL;
+    if (any && c != NULL &&
+        atomic_compare_exchange_strong(&h3_wc.first_drop_fn, &expected, h3_hooks[c->fn].name))
+        atomic_store(&h3_wc.first_drop_kernel, c->kernel != NULL ? c->kernel->pretty : NULL);
 }
 
 /* With graphs: records e's event on the stream it was just filled on. Locked. */
@@ -490,7 +502,16 @@ static void h3_wcache_graph_launch(struct h3_call *c)
     h3_graphs_unlock();
 }
 
+static void h3_wcache_observe_call(struct h3_call *c);
+
 void h3_wcache_observe(struct h3_call *c)
+{
+    h3_wc_observing = c;
+    h3_wcache_observe_call(c);
+    h3_wc_observing = NULL;
+}
+
+static void h3_wcache_observe_call(struct h3_call *c)
 {
     if (h3_graphs_on) {
         enum h3_capture_edge edge = h3_capture_edge_of(c->fn);
@@ -778,6 +799,10 @@ void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
     line("weight_cache: %u copies, %.1f MiB of GPU memory; %lu hits, %lu fills, %lu drops", n,
          (double)bytes / (1 << 20), atomic_load(&h3_wc.hits), atomic_load(&h3_wc.fills),
          atomic_load(&h3_wc.drops));
+    const char *fn = atomic_load(&h3_wc.first_drop_fn), *kernel = atomic_load(&h3_wc.first_drop_kernel);
+    if (fn != NULL)
+        line("weight_cache: the first drop was at %s%s%.160s", fn, kernel != NULL ? " of " : "",
+             kernel != NULL ? kernel : "");
     if (h3_graphs_on)
         line("weight_cache graphs: %lu launches of graphs captured under the shim, %lu copies refilled at them",
              atomic_load(&h3_wc.graph_launches), atomic_load(&h3_wc.graph_refills));

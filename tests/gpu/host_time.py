@@ -122,6 +122,14 @@ def floor_main(a, gpu, torch):
         ok = [x for x in runs[n] if "error" not in x]
         key = "ms_per_block" if arms[n][0] == "floor" else "own_us_per_block"
         summary[n] = {key: med([x[key] for x in ok if x.get(key) is not None])}
+    # The host's speed swings between processes (up to 2x for seconds at a time): T against the A of its own
+    # round, which ran next to it, says more than the two medians.
+    for t, f in (("T", "A"), ("TB", "A")):
+        if t in names:
+            paired = [x["own_us_per_block"] / (y["ms_per_block"] * 1e3) for x, y in zip(runs[t], runs[f])
+                      if x.get("own_us_per_block") is not None and y.get("ms_per_block") is not None]
+            summary[t]["own_over_floor_paired"] = med(paired)
+            summary[t]["own_over_floor_by_round"] = paired
     doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "clock": clock(), "latent": a.latent,
            "shim": a.shim, "shim_b": a.shim_b, "rounds": a.rounds, "summary": summary, "runs": runs}
     base = summary["A"]["ms_per_block"]
@@ -144,6 +152,11 @@ def floor_main(a, gpu, torch):
                      f"{'-' if own is None else f'{own:.1f}'} | "
                      f"{'-' if own is None or base is None else f'{own / (base * 1e3) * 100:.2f}%'} | "
                      f"{last.get('complete', '-')}, {last.get('broken', '-')} |")
+    for t in ("T", "TB"):
+        if summary.get(t, {}).get("own_over_floor_paired") is not None:
+            lines += ["", f"{t} over the A of the same round: " + ", ".join(
+                f"{x * 100:.2f}%" for x in summary[t]["own_over_floor_by_round"]) +
+                f"; median {summary[t]['own_over_floor_paired'] * 100:.2f}%"]
     lines += ["", "Per round: " + "; ".join(
         f"{n} " + ", ".join(f"{x[k]:.4f}" if x.get(k) is not None else "error" for x in runs[n]
                             for k in ["ms_per_block" if arms[n][0] == "floor" else "own_us_per_block"])
