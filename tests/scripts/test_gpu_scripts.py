@@ -67,6 +67,23 @@ class HostTime(unittest.TestCase):
     def test_no_steady_line(self):
         self.assertNotIn("host_ns_per_call_steady", shimstats.parse(self.LINES.splitlines()[0]))
 
+    # As the H200 printed them at 0487b54 (...-host-time-floor-0487b54.md).
+    PARTS = ("h3shim: 954 stats: shim host time per call, its own, by part: describing 577 ns, matching 148 ns, "
+             "weight_cache's scans 127 ns, ops' checks and runs 354 ns, the rest (call record, engine's queue) "
+             "148 ns\n"
+             "h3shim: 954 stats: shim host time, the stats' own clock reads in it: 3.5 a call between its first "
+             "and last, 31.9 ns a read (timed at exit); without them and the one-off work, 583 ns per call of "
+             "its own\n")
+
+    def test_parts_and_the_figure_without_the_clock_reads(self):
+        out = shimstats.parse(self.LINES + self.PARTS)
+        self.assertEqual(out["host_ns_by_part"], {"describing": 577, "matching": 148, "weight_cache's scans": 127,
+                                                  "ops' checks and runs": 354, "the rest": 148})
+        self.assertEqual(out["host_ns_per_call_net"], 583)
+        self.assertEqual(out["stats_reads_per_call"], 3.5)
+        self.assertEqual(out["clock_read_ns"], 31.9)
+        self.assertEqual(out["host_ns_per_call_steady"], 694)
+
 
 class RobustDeadline(unittest.TestCase):
     """robust.py starts no round that a round as long as the longest so far
