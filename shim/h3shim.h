@@ -227,6 +227,10 @@ struct h3_kernel {
      * (NCCL's kernels): the weight cache cannot tell what it writes. */
     bool writes_unseen;
     atomic_ulong calls; /* launches seen, counted only with H3SHIM_STATS */
+    /* Bit s: its name is not signature s's first call's, so it cannot begin
+     * an attempt (the matcher's, set at the first look; signatures are
+     * loaded once and kept). */
+    atomic_ullong not_first;
     uint16_t sizes[];   /* param_sizes points here */
 };
 
@@ -408,6 +412,8 @@ struct h3_sig_call {
     int64_t *uids;
 };
 
+#define H3_SIG_SHAPES 8
+
 struct h3_sig {
     char *path;
     char *model, *group, *torch, *cuda, *sm, *created, *cublaslt, *cudnn, *source;
@@ -419,6 +425,10 @@ struct h3_sig {
      * one block (h3_sig_pack): what the matcher reads at a launch lies
      * together, and the next call's after it. NULL: each its own. */
     void *arena;
+    /* The m, n, k of its cuBLASLt calls that record all three (the first
+     * H3_SIG_SHAPES): what a GEMM outside any attempt is compared with. */
+    uint32_t nshapes;
+    int64_t shapes[H3_SIG_SHAPES][3];
 };
 
 /* Parses a signature file's text.  Returns the signature, or NULL with one

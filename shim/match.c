@@ -216,7 +216,16 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
         h3_match_count_break(s, why, p->next);
         p->next = 0;
     }
-    if (h3_match_one(p, 0, c) != NULL) {
+    /* Most calls are not a signature's first: a launch of a kernel already
+     * found not to be is turned away without reading the signature. */
+    struct h3_kernel *k = (struct h3_kernel *)c->kernel;
+    uint64_t bit = s < 64 ? 1ull << s : 0;
+    if (k != NULL && (atomic_load_explicit(&k->not_first, memory_order_relaxed) & bit) != 0)
+        return NULL;
+    const char *why = h3_match_one(p, 0, c);
+    if (why != NULL) {
+        if (k != NULL && bit != 0 && strcmp(why, "kernel") == 0) /* its name: so for good */
+            atomic_fetch_or_explicit(&k->not_first, bit, memory_order_relaxed);
         if (c->fn == H3_FN_cublasLtMatmul && h3_match_gemm_shape(p->sig, &c->u.lt))
             h3_match_count_lookalike(s);
         return NULL;
@@ -237,13 +246,9 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
 /* Whether a cuBLASLt call has the m, n and k of one of the signature's. */
 static bool h3_match_gemm_shape(const struct h3_sig *sig, const struct h3_lt_desc *lt)
 {
-    enum { M = 6, N = 7, K = 8 }; /* in h3_sig_desc_keys */
-    for (uint32_t j = 0; j < sig->ncalls; j++) {
-        const struct h3_sig_call *sc = &sig->calls[j];
-        if (sc->kind == H3_SIG_MATMUL && (sc->desc_present >> M & 7) == 7 && sc->desc[M] == lt->m &&
-            sc->desc[N] == lt->n && sc->desc[K] == lt->k)
+    for (uint32_t i = 0; i < sig->nshapes; i++)
+        if (sig->shapes[i][0] == lt->m && sig->shapes[i][1] == lt->n && sig->shapes[i][2] == lt->k)
             return true;
-    }
     return false;
 }
 

@@ -559,7 +559,7 @@ static void h3_sig_call_free_arrays(struct h3_sig_call *c)
 
 #define H3_PACK_ALIGN(n) (((n) + 7) & ~(size_t)7)
 
-/* Hashes the calls' kernel names, and moves every call's parameter sizes,
+/* Hashes the calls' kernel names, notes their GEMM shapes, and moves every call's parameter sizes,
  * compared bytes and slots into one block, in call order (the matcher
  * walks the calls in order; the cache then finds each call's data beside
  * the last).  The arrays are left as they are when the block cannot be had. */
@@ -573,9 +573,16 @@ static void h3_sig_pack(struct h3_sig *s)
         for (uint32_t j = 0; j < c->nbytes; j++)
             need += H3_PACK_ALIGN(c->bytes[j].len);
     }
-    for (uint32_t i = 0; i < s->ncalls; i++)
-        if (s->calls[i].kernel != NULL)
-            s->calls[i].kernel_hash = h3_hash(H3_HASH_SEED, s->calls[i].kernel, strlen(s->calls[i].kernel));
+    enum { M = 6, N = 7, K = 8 }; /* in h3_sig_desc_keys */
+    for (uint32_t i = 0; i < s->ncalls; i++) {
+        const struct h3_sig_call *c = &s->calls[i];
+        if (c->kernel != NULL)
+            s->calls[i].kernel_hash = h3_hash(H3_HASH_SEED, c->kernel, strlen(c->kernel));
+        if (c->kind == H3_SIG_MATMUL && (c->desc_present >> M & 7) == 7 && s->nshapes < H3_SIG_SHAPES) {
+            int64_t *shape = s->shapes[s->nshapes++];
+            shape[0] = c->desc[M], shape[1] = c->desc[N], shape[2] = c->desc[K];
+        }
+    }
     unsigned char *arena = need != 0 ? malloc(need) : NULL, *at = arena;
     if (arena == NULL)
         return;
