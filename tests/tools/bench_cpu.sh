@@ -51,16 +51,19 @@ echo " create and destroy their descriptors as PyTorch does, which most of direc
 # real process's framework evicts the shim's data between two launches, and
 # the second row is what the H200's process shows.  Cache lines, not
 # instructions, are what its time is made of there.
-own_row() { # EVICT_KB
+own_row() { # NAME REPLAY_FILE EVICT_KB
   : > /tmp/h3bench.own
   i=0
   while [ $i -lt "$runs" ]; do
-    FW_BENCH_EVICT_KB=$1 LD_PRELOAD="$shim" H3SHIM_SIGNATURES="$sigs" H3SHIM_STATS=1 H3SHIM_MATCH=0 \
-      "$bench" "$dir" "replay:$replay" 30000 2>&1 >/dev/null |
+    FW_BENCH_EVICT_KB=$3 LD_PRELOAD="$shim" H3SHIM_SIGNATURES="$sigs" H3SHIM_STATS=1 H3SHIM_MATCH=0 \
+      "$bench" "$dir" "replay:$2" 30000 2>&1 >/dev/null |
       sed -n 's/.*without them and the one-off work, \([0-9]*\) ns per call of its own.*/\1/p' >> /tmp/h3bench.own
     i=$((i + 1))
   done
-  printf '%-44s %8s ns per call of its own\n' "h3 stream, defaults, ${1} KiB evicted a call" "$(median < /tmp/h3bench.own)"
+  printf '%-52s %8s ns per call of its own\n' "$1, defaults, $3 KiB evicted a call" "$(median < /tmp/h3bench.own)"
 }
-own_row 0
-own_row 2048
+own_row "h3 stream" "$replay" 0
+own_row "h3 stream" "$replay" 2048
+# Another model's calls: the same stream with its kernels renamed and its GEMMs reshaped.
+awk '$1 == "L" { $2 = "X" $2 } $1 == "M" { $38 = $38 + 8 } { print }' "$replay" > /tmp/h3bench.foreign
+own_row "another model's calls" /tmp/h3bench.foreign 2048
