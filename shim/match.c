@@ -50,9 +50,14 @@ bool h3_match_on;
 static pthread_key_t h3_match_key;
 static pthread_once_t h3_match_key_once = PTHREAD_ONCE_INIT;
 
+/* This thread's matcher, as the key holds it: read on every call, so kept
+ * where the thread's other hot words are (the key keeps the destructor). */
+static __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_matcher *h3_matcher_here;
+
 static void h3_matcher_free(void *arg)
 {
     struct h3_matcher *m = arg;
+    h3_matcher_here = NULL; /* the destructor runs on the exiting thread */
     for (unsigned i = 0; m != NULL && i < m->nsigs; i++) {
         free(m->p[i].base);
         free(m->p[i].values);
@@ -70,10 +75,12 @@ static void h3_match_key_make(void)
  * runs out (then nothing is matched on this thread). */
 static struct h3_matcher *h3_matcher_get(void)
 {
-    pthread_once(&h3_match_key_once, h3_match_key_make);
-    struct h3_matcher *m = pthread_getspecific(h3_match_key);
+    struct h3_matcher *m = h3_matcher_here;
     if (m != NULL)
         return m;
+    pthread_once(&h3_match_key_once, h3_match_key_make);
+    if ((m = pthread_getspecific(h3_match_key)) != NULL)
+        return h3_matcher_here = m;
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return NULL;
@@ -99,7 +106,7 @@ static struct h3_matcher *h3_matcher_get(void)
         m->nsigs++;
     }
     pthread_setspecific(h3_match_key, m);
-    return m;
+    return h3_matcher_here = m;
 }
 
 /* Whether a slot's value satisfies its reference in the current instance. */
@@ -294,8 +301,7 @@ static void h3_match_count_break(unsigned s, const char *why, uint32_t at)
 
 void h3_match_interrupt(void)
 {
-    pthread_once(&h3_match_key_once, h3_match_key_make);
-    struct h3_matcher *m = pthread_getspecific(h3_match_key);
+    struct h3_matcher *m = h3_matcher_here; /* none made yet: nothing in progress */
     for (unsigned s = 0; m != NULL && s < m->nsigs; s++) {
         if (m->p[s].next > 0)
             h3_match_count_break(s, "foreign", m->p[s].next);
