@@ -84,9 +84,6 @@ static struct {
     _Atomic(const char *) first_drop_fn, first_drop_kernel;
 } h3_wc = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* The call h3_wcache_observe is looking at on this thread (NULL otherwise). */
-static __attribute__((tls_model("initial-exec"))) _Thread_local const struct h3_call *h3_wc_observing;
-
 /* Per signature, which calls are casts that the op replaces (they read a
  * source: their launches do not invalidate it). */
 #define H3_WC_SIGS 8
@@ -231,7 +228,7 @@ static void h3_wc_pages_add(uint64_t src, uint64_t bytes)
 
 /* Drops (marks invalid, keeping the copy's memory for its refill) every
  * entry whose source overlaps [lo, hi). */
-static void h3_wc_drop(uint64_t lo, uint64_t hi)
+static void h3_wc_drop(uint64_t lo, uint64_t hi, const struct h3_call *by)
 {
     if (atomic_load_explicit(&h3_wc.live, memory_order_relaxed) == 0)
         return;
@@ -251,11 +248,9 @@ static void h3_wc_drop(uint64_t lo, uint64_t hi)
     if (any)
         h3_wc_bounds();
     pthread_mutex_unlock(&h3_wc.lock);
-    const struct h3_call *c = h3_wc_observing;
     const char *expected = NULL;
-    if (any && c != NULL &&
-        atomic_compare_exchange_strong(&h3_wc.first_drop_fn, &expected, h3_hooks[c->fn].name))
-        atomic_store(&h3_wc.first_drop_kernel, c->kernel != NULL ? c->kernel->pretty : NULL);
+    if (any && atomic_compare_exchange_strong(&h3_wc.first_drop_fn, &expected, h3_hooks[by->fn].name))
+        atomic_store(&h3_wc.first_drop_kernel, by->kernel != NULL ? by->kernel->pretty : NULL);
 }
 
 /* With graphs: records e's event on the stream it was just filled on. Locked. */
@@ -420,21 +415,18 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
     }
 }
 
+/* The dropping sink: its argument is the call that may write. */
 static void h3_wc_drop_range(void *arg, uint64_t lo, uint64_t hi)
 {
-    (void)arg;
-    h3_wc_drop(lo, hi);
+    h3_wc_drop(lo, hi, arg);
 }
 
 static inline __attribute__((always_inline)) void h3_wc_drop_word(void *arg, uint64_t v)
 {
-    (void)arg;
     if (v >= atomic_load_explicit(&h3_wc.lo, memory_order_relaxed) &&
         v < atomic_load_explicit(&h3_wc.hi, memory_order_relaxed) && h3_wc_page_may_hold(v))
-        h3_wc_drop(v, v + 1);
+        h3_wc_drop(v, v + 1, arg);
 }
-
-static const struct h3_wc_sink h3_wc_dropper = {h3_wc_drop_range, h3_wc_drop_word, NULL, true};
 
 static void h3_wc_record_range(void *arg, uint64_t lo, uint64_t hi)
 {
@@ -468,7 +460,7 @@ static void h3_wcache_graph_launch(struct h3_call *c)
     }
     struct h3_grec *rec = h3_graphs_exec_lock(exec);
     if (rec == NULL) {
-        h3_wc_drop(0, UINT64_MAX);
+        h3_wc_drop(0, UINT64_MAX, c);
         c->op_how = "weight_cache_graph_unknown"; /* every copy dropped */
         return;
     }
@@ -492,26 +484,17 @@ static void h3_wcache_graph_launch(struct h3_call *c)
     atomic_fetch_add_explicit(&h3_wc.graph_launches, 1, memory_order_relaxed);
     c->op_how = filled ? "weight_cache_graph_refilled" : "weight_cache_graph_known";
     if (rec->all) {
-        h3_wc_drop(0, UINT64_MAX);
+        h3_wc_drop(0, UINT64_MAX, c);
     } else {
         for (uint32_t i = 0; i < rec->nwords; i++)
-            h3_wc_drop_word(NULL, rec->words[i]);
+            h3_wc_drop_word(c, rec->words[i]);
         for (uint32_t i = 0; i < rec->nranges; i++)
-            h3_wc_drop(rec->ranges[i][0], rec->ranges[i][1]);
+            h3_wc_drop(rec->ranges[i][0], rec->ranges[i][1], c);
     }
     h3_graphs_unlock();
 }
 
-static void h3_wcache_observe_call(struct h3_call *c);
-
 void h3_wcache_observe(struct h3_call *c)
-{
-    h3_wc_observing = c;
-    h3_wcache_observe_call(c);
-    h3_wc_observing = NULL;
-}
-
-static void h3_wcache_observe_call(struct h3_call *c)
 {
     if (h3_graphs_on) {
         enum h3_capture_edge edge = h3_capture_edge_of(c->fn);
@@ -542,7 +525,8 @@ static void h3_wcache_observe_call(struct h3_call *c)
     }
     if (atomic_load_explicit(&h3_wc.live, memory_order_relaxed) == 0)
         return;
-    h3_wc_each_write(c, &h3_wc_dropper);
+    const struct h3_wc_sink dropper = {h3_wc_drop_range, h3_wc_drop_word, c, true};
+    h3_wc_each_write(c, &dropper);
 }
 
 static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void *stream, const char **why);

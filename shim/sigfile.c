@@ -559,10 +559,26 @@ static void h3_sig_call_free_arrays(struct h3_sig_call *c)
 
 #define H3_PACK_ALIGN(n) (((n) + 7) & ~(size_t)7)
 
-/* Hashes the calls' kernel names, notes their GEMM shapes, and moves every call's parameter sizes,
- * compared bytes and slots into one block, in call order (the matcher
- * walks the calls in order; the cache then finds each call's data beside
- * the last).  The arrays are left as they are when the block cannot be had. */
+/* What the matcher looks up without walking the calls: each kernel name's
+ * hash and the GEMMs' shapes. */
+static void h3_sig_index(struct h3_sig *s)
+{
+    enum { M = 6, N = 7, K = 8 }; /* in h3_sig_desc_keys */
+    for (uint32_t i = 0; i < s->ncalls; i++) {
+        struct h3_sig_call *c = &s->calls[i];
+        if (c->kernel != NULL)
+            c->kernel_hash = h3_hash(H3_HASH_SEED, c->kernel, strlen(c->kernel));
+        if (c->kind == H3_SIG_MATMUL && (c->desc_present >> M & 7) == 7 && s->nshapes < H3_SIG_SHAPES) {
+            int64_t *shape = s->shapes[s->nshapes++];
+            shape[0] = c->desc[M], shape[1] = c->desc[N], shape[2] = c->desc[K];
+        }
+    }
+}
+
+/* Moves every call's parameter sizes, compared bytes and slots into one
+ * block, in call order (the matcher walks the calls in order; the cache
+ * then finds each call's data beside the last).  The arrays are left as
+ * they are when the block cannot be had. */
 static void h3_sig_pack(struct h3_sig *s)
 {
     size_t need = 0;
@@ -572,16 +588,6 @@ static void h3_sig_pack(struct h3_sig *s)
                 c->nslots * sizeof(struct h3_sig_slot);
         for (uint32_t j = 0; j < c->nbytes; j++)
             need += H3_PACK_ALIGN(c->bytes[j].len);
-    }
-    enum { M = 6, N = 7, K = 8 }; /* in h3_sig_desc_keys */
-    for (uint32_t i = 0; i < s->ncalls; i++) {
-        const struct h3_sig_call *c = &s->calls[i];
-        if (c->kernel != NULL)
-            s->calls[i].kernel_hash = h3_hash(H3_HASH_SEED, c->kernel, strlen(c->kernel));
-        if (c->kind == H3_SIG_MATMUL && (c->desc_present >> M & 7) == 7 && s->nshapes < H3_SIG_SHAPES) {
-            int64_t *shape = s->shapes[s->nshapes++];
-            shape[0] = c->desc[M], shape[1] = c->desc[N], shape[2] = c->desc[K];
-        }
     }
     unsigned char *arena = need != 0 ? malloc(need) : NULL, *at = arena;
     if (arena == NULL)
@@ -669,6 +675,7 @@ struct h3_sig *h3_sig_parse(const char *text, size_t len, const char *path, char
         h3_sig_free(p.sig);
         return NULL;
     }
+    h3_sig_index(p.sig);
     h3_sig_pack(p.sig);
     return p.sig;
 }

@@ -135,14 +135,10 @@ H3_EXPORT int h3shim_host_time(unsigned long long *own_ns, unsigned long long *c
 {
     if (own_ns == NULL || calls == NULL || issuing_ns == NULL || h3_state_now() == 0 || !h3_config.stats)
         return -1;
-    /* Less the stats' own clock reads inside the parts, at what one costs
-     * here (timed once, warm: not more than they cost). */
-    static _Atomic double read_ns = -1;
-    double each = atomic_load(&read_ns);
-    if (each < 0)
-        atomic_store(&read_ns, each = h3_clock_read_ns());
+    /* Less the stats' own clock reads inside the parts. */
     uint64_t own = atomic_load_explicit(&h3_stat_shim_ns, memory_order_relaxed),
-             reads = (uint64_t)((double)atomic_load_explicit(&h3_stat_reads, memory_order_relaxed) * each);
+             reads = (uint64_t)((double)atomic_load_explicit(&h3_stat_reads, memory_order_relaxed) *
+                                h3_clock_read_ns());
     *own_ns = own > reads ? own - reads : 0;
     *calls = atomic_load_explicit(&h3_stat_shim_calls, memory_order_relaxed);
     *issuing_ns = atomic_load_explicit(&h3_stat_forward_ns, memory_order_relaxed);
@@ -155,11 +151,14 @@ static void h3_stats_reset_kernel(const struct h3_kernel *k, void *arg)
     atomic_store(&((struct h3_kernel *)k)->calls, 0);
 }
 
-/* What one clock read costs here, at its cheapest (timed now, warm: what
+/* What one clock read costs here, at its cheapest (timed once, warm: what
  * is taken out of the shim's time for its reads is not more than they cost). */
 static double h3_clock_read_ns(void)
 {
-    double best = 0;
+    static _Atomic double timed = -1;
+    double best = atomic_load(&timed);
+    if (best >= 0)
+        return best;
     for (int round = 0; round < 5; round++) {
         uint64_t t0 = h3_now_ns(), t = t0;
         for (int i = 0; i < 4096; i++)
@@ -167,6 +166,7 @@ static double h3_clock_read_ns(void)
         double each = (double)(t - t0) / 4096.0;
         best = round == 0 || each < best ? each : best;
     }
+    atomic_store(&timed, best);
     return best;
 }
 
@@ -306,7 +306,7 @@ void h3_stats_print(void)
         double read_ns = h3_clock_read_ns(), reads = (double)atomic_load(&h3_stat_reads),
                net = (double)(own > once ? own - once : 0) - reads * read_ns;
         h3_stats_line("shim host time, the stats' own clock reads in it: %.1f a call between its first and last, "
-                      "%.1f ns a read (timed at exit); without them and the one-off work, %.0f ns per call of its own",
+                      "%.1f ns a read (timed once, warm); without them and the one-off work, %.0f ns per call of its own",
                       reads * per, read_ns, net > 0 ? net * per : 0.0);
     }
     if (shim_calls != 0) {

@@ -51,9 +51,16 @@ def clock():
     return {"clocksource": source, "python_perf_counter_ns_per_read": (time.perf_counter_ns() - t0) / n}
 
 
-def serve(latent, shim, env_add):
+def child_env(shim, stats):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
-    env.update(env_add, LD_PRELOAD=shim, H3SHIM_STATS="1")
+    if shim:
+        env.update(LD_PRELOAD=shim, **({"H3SHIM_STATS": "1"} if stats else {}))
+    return env
+
+
+def serve(latent, shim, env_add):
+    env = child_env(shim, True)
+    env.update(env_add)
     p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "serve.py"), "--latent", latent,
                         "--requests", "3", "--json"], env=env, capture_output=True, text=True)
     if p.returncode != 0:
@@ -67,13 +74,6 @@ def serve(latent, shim, env_add):
             "api_own_ns": [line.split("stats: ", 1)[1] for line in p.stderr.splitlines()
                            if "stats: " in line and line.rstrip().split()[-1].isdigit() and
                            len(line.split("stats: ", 1)[1].split()) == 4]}
-
-
-def child_env(shim, stats):
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
-    if shim:
-        env.update(LD_PRELOAD=shim, **({"H3SHIM_STATS": "1"} if stats else {}))
-    return env
 
 
 def floor_run(shim):
