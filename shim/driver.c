@@ -122,7 +122,7 @@ static void h3_driver_after_procaddr(enum h3_fn self, const char *symbol, void *
     /* The answer above is given whatever the depth: a library that caches a
      * driver pointer during an intercepted call must get the wrapper too.
      * Only top-level lookups are observed. */
-    if (!h3_observe || h3_depth != 0)
+    if (!h3_hot.observe || h3_thread.depth != 0)
         return;
     /* Runtimes look up hundreds of driver functions at start-up; only the
      * lookups of interposed names are worth a record (stats count all). */
@@ -130,7 +130,8 @@ static void h3_driver_after_procaddr(enum h3_fn self, const char *symbol, void *
     struct h3_call c;
     memset(&c, 0, sizeof(c));
     c.fn = self;
-    c.detail = h3_trace_on;
+    c.kind = H3_KIND_PROCADDR;
+    c.detail = h3_hot.trace_on;
     c.device = -1;
     c.t0_ns = c.t1_ns = h3_now_ns();
     h3_desc_procaddr(&c, symbol, pfn, version, flags);

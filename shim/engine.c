@@ -27,19 +27,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool h3_engine_on;
-
 /* ---- the groups of each signature ---- */
 
 #define H3_ENGINE_MAX_SIGS 8
 
 /* For every call of a signature, the first and last call of its group, or
- * -1 for a call in no group (library calls); the ranges the enabled ops
- * replace, and which range claims each call (-1: none). */
+ * -1 for a call in no group (library calls), and which range claims it (-1:
+ * none), together: a call reads all three.  The ranges the enabled ops
+ * replace. */
 #define H3_ENGINE_MAX_RANGES 64
+struct h3_group_call {
+    int32_t first, last, claim_at;
+};
 struct h3_groups {
     const struct h3_sig *sig;
-    int32_t *first, *last, *claim_at;
+    struct h3_group_call *at;
     struct h3_op_range ranges[H3_ENGINE_MAX_RANGES];
     unsigned nranges;
 };
@@ -83,7 +85,7 @@ static bool h3_groups_claimable(const struct h3_groups *g, struct h3_op_range *r
     if ((r->mask & 1) == 0 || h3_range_last_claimed(r) > glast)
         return false;
     for (uint32_t k = 0; k < 64; k++)
-        if (((r->mask >> k) & 1) && g->claim_at[r->first + k] >= 0)
+        if (((r->mask >> k) & 1) && g->at[r->first + k].claim_at >= 0)
             return false;
     return !r->anchored || h3_group_anchor(g, glast) == NULL;
 }
@@ -93,7 +95,7 @@ static void h3_groups_claim(struct h3_groups *g, const struct h3_op_range *r)
     g->ranges[g->nranges] = *r;
     for (uint32_t k = 0; k < 64; k++)
         if ((r->mask >> k) & 1)
-            g->claim_at[r->first + k] = (int32_t)g->nranges;
+            g->at[r->first + k].claim_at = (int32_t)g->nranges;
     g->nranges++;
 }
 
@@ -103,11 +105,11 @@ static void h3_groups_plan(struct h3_groups *g)
 {
     const struct h3_sig *sig = g->sig;
     for (uint32_t j = 0; j < sig->ncalls; j++)
-        g->claim_at[j] = -1;
+        g->at[j].claim_at = -1;
     for (uint32_t j = 0; j < sig->ncalls; j++) {
-        if (g->first[j] != (int32_t)j)
+        if (g->at[j].first != (int32_t)j)
             continue;
-        uint32_t glast = (uint32_t)g->last[j];
+        uint32_t glast = (uint32_t)g->at[j].last;
         for (unsigned o = h3_ops_count(); o-- > 0;) {
             const struct h3_op *op = h3_ops_get(o);
             if (!h3_op_enabled(op))
@@ -118,7 +120,7 @@ static void h3_groups_plan(struct h3_groups *g)
                 if (op->test_only) { /* the replay op takes each run of calls the fused ops left */
                     for (uint32_t c = found[k].first; c <= found[k].last && g->nranges < H3_ENGINE_MAX_RANGES;) {
                         uint32_t e = c;
-                        while (e <= found[k].last && e - c < 64 && g->claim_at[e] < 0)
+                        while (e <= found[k].last && e - c < 64 && g->at[e].claim_at < 0)
                             e++;
                         struct h3_op_range run = {.op = op, .first = c, .last = e - 1};
                         if (e > c && h3_groups_claimable(g, &run, j, glast))
@@ -144,8 +146,8 @@ static void h3_groups_plan(struct h3_groups *g)
 static uint64_t h3_group_allowed(const struct h3_groups *g, uint32_t first)
 {
     uint64_t allowed = 0;
-    for (uint32_t c = first; c <= (uint32_t)g->last[first]; c++) {
-        int32_t r = g->claim_at[c];
+    for (uint32_t c = first; c <= (uint32_t)g->at[first].last; c++) {
+        int32_t r = g->at[c].claim_at;
         if (r < 0 || g->ranges[r].first != c)
             continue;
         const struct h3_op *op = g->ranges[r].op;
@@ -164,15 +166,9 @@ static void h3_groups_build(void)
     for (unsigned s = 0; s < n && h3_ngroups < H3_ENGINE_MAX_SIGS; s++) {
         const struct h3_sig *sig = h3_signatures_get(s);
         struct h3_groups *g = &h3_groups[h3_ngroups];
-        g->first = calloc(sig->ncalls, sizeof(int32_t));
-        g->last = calloc(sig->ncalls, sizeof(int32_t));
-        g->claim_at = calloc(sig->ncalls, sizeof(int32_t));
-        if (g->first == NULL || g->last == NULL || g->claim_at == NULL) {
-            free(g->first);
-            free(g->last);
-            free(g->claim_at);
+        g->at = calloc(sig->ncalls, sizeof(*g->at));
+        if (g->at == NULL)
             continue;
-        }
         g->sig = sig;
         int32_t start = -1;
         for (uint32_t j = 0; j <= sig->ncalls; j++) {
@@ -181,11 +177,11 @@ static void h3_groups_build(void)
                 start = (int32_t)j;
             if (!launch && start >= 0) {
                 for (uint32_t k = (uint32_t)start; k < j; k++)
-                    g->first[k] = start, g->last[k] = (int32_t)j - 1;
+                    g->at[k].first = start, g->at[k].last = (int32_t)j - 1;
                 start = -1;
             }
             if (j < sig->ncalls && !launch)
-                g->first[j] = g->last[j] = -1;
+                g->at[j].first = g->at[j].last = -1;
         }
         h3_groups_plan(g);
         h3_ngroups++;
@@ -215,23 +211,25 @@ static atomic_ulong h3_deferred_calls, h3_issue_errors;
 /* ---- the per-thread queue ---- */
 
 struct h3_queue {
-    const struct h3_groups *groups;
-    const void *stream;
-    uint32_t next; /* the signature call expected next */
+    /* Read by every observed call of its thread: the first cache line. */
+    pthread_mutex_t lock; /* its owner holds it while it uses the queue; another thread to flush it */
     uint32_t n;
-    size_t used;
-    bool awaiting; /* the group is complete; an op waits for the library call after it */
-    uint64_t allowed; /* the group's ranges whose op can run here (h3_group_allowed) */
+    uint32_t next;        /* the signature call expected next */
+    const void *stream;
+    atomic_bool holding;  /* n > 0, for the other threads' unlocked test ... */
+    bool awaiting;        /* the group is complete; an op waits for the library call after it */
+    /* Read once calls are held. */
+    _Alignas(64) const struct h3_groups *groups;
+    uint64_t allowed;     /* the group's ranges whose op can run here (h3_group_allowed) */
     struct h3_deferred *calls;
     unsigned char *arena;
-    CUcontext ctx;        /* current when the held calls began: another thread issues them in it */
-    pthread_mutex_t lock; /* its owner holds it while it uses the queue; another thread to flush it */
+    size_t used, max_bytes;
+    uint32_t max_calls;   /* H3SHIM_ENGINE_MAX_CALLS and _BYTES */
     atomic_bool in_use;   /* a thread has it (else a finished thread gave it back) */
-    atomic_bool holding;  /* n > 0, for the other threads' unlocked test ... */
-    _Atomic(const void *) held_stream; /* ... and the stream of what it holds */
+    CUcontext ctx;        /* current when the held calls began: another thread issues them in it */
+    _Atomic(const void *) held_stream; /* the stream of what it holds, for the same test */
 };
 
-static __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_queue *h3_queue;
 
 /*
  * Every thread's queue, so that a call on one thread issues what another
@@ -246,7 +244,6 @@ static __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_queue 
 #define H3_MAX_QUEUES 256
 static pthread_mutex_t h3_queues_lock = PTHREAD_MUTEX_INITIALIZER; /* taken to add or claim a queue */
 static _Atomic(struct h3_queue *) h3_queues[H3_MAX_QUEUES];
-static atomic_uint h3_holding; /* queues holding calls */
 static pthread_key_t h3_queue_key;
 static pthread_once_t h3_queue_once = PTHREAD_ONCE_INIT;
 
@@ -316,7 +313,7 @@ static void h3_queue_clear(struct h3_queue *q)
 {
     if (q->n > 0) {
         atomic_store_explicit(&q->holding, false, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&h3_holding, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&h3_hot.holding, 1, memory_order_relaxed);
     }
     q->n = 0;
     q->used = 0;
@@ -359,7 +356,7 @@ static void h3_queue_free(void *arg)
     h3_flush(q, H3_FLUSH_THREAD_EXIT, NULL);
     atomic_store_explicit(&q->in_use, false, memory_order_release);
     pthread_mutex_unlock(&q->lock);
-    h3_queue = NULL;
+    h3_thread.queue = NULL;
 }
 
 static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_call *c);
@@ -372,14 +369,14 @@ static atomic_bool h3_exiting;
 static void h3_engine_at_exit(void)
 {
     atomic_store(&h3_exiting, true);
-    struct h3_queue *q = h3_queue;
+    struct h3_queue *q = h3_thread.queue;
     if (q != NULL) {
         pthread_mutex_lock(&q->lock);
         h3_flush(q, H3_FLUSH_EXIT, NULL);
         pthread_mutex_unlock(&q->lock);
     }
     static struct h3_call legacy; /* zero: stream NULL, which orders with every stream */
-    if (atomic_load_explicit(&h3_holding, memory_order_acquire) > 0)
+    if (atomic_load_explicit(&h3_hot.holding, memory_order_acquire) > 0)
         h3_flush_other_threads(q, &legacy);
 }
 
@@ -394,8 +391,8 @@ static void h3_queue_key_make(void)
 /* This thread's queue, made at its first deferral; NULL without memory. */
 static struct h3_queue *h3_queue_get(void)
 {
-    if (h3_queue != NULL)
-        return h3_queue;
+    if (h3_thread.queue != NULL)
+        return h3_thread.queue;
     pthread_once(&h3_queue_once, h3_queue_key_make);
     struct h3_queue *q = NULL;
     pthread_mutex_lock(&h3_queues_lock);
@@ -410,10 +407,13 @@ static struct h3_queue *h3_queue_get(void)
         }
     }
     if (q == NULL && i < H3_MAX_QUEUES) {
-        q = calloc(1, sizeof(*q));
+        q = aligned_alloc(_Alignof(struct h3_queue), sizeof(*q));
         if (q != NULL) {
-            q->calls = calloc((size_t)h3_config.engine_max_calls, sizeof(*q->calls));
-            q->arena = malloc((size_t)h3_config.engine_max_bytes);
+            memset(q, 0, sizeof(*q));
+            q->max_calls = (uint32_t)h3_config.engine_max_calls;
+            q->max_bytes = (size_t)h3_config.engine_max_bytes;
+            q->calls = calloc(q->max_calls, sizeof(*q->calls));
+            q->arena = malloc(q->max_bytes);
             if (q->calls == NULL || q->arena == NULL) {
                 free(q->calls);
                 free(q->arena);
@@ -431,7 +431,7 @@ static struct h3_queue *h3_queue_get(void)
     if (q == NULL) /* no memory, or more threads at once than the registry has room for: nothing held */
         return NULL;
     pthread_setspecific(h3_queue_key, q);
-    return h3_queue = q;
+    return h3_thread.queue = q;
 }
 
 static bool h3_stream_is_legacy(const void *s)
@@ -486,12 +486,12 @@ static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_
 /* Copies launch `c` to the end of the queue; false when it does not fit. */
 static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
 {
-    if (q->n >= (uint32_t)h3_config.engine_max_calls)
+    if (q->n >= q->max_calls)
         return false;
     size_t need = H3_ALIGN16(c->nparams * sizeof(void *));
     for (uint32_t i = 0; i < c->nparams; i++)
         need += H3_ALIGN16((size_t)c->param_sizes[i]);
-    if (need > (size_t)h3_config.engine_max_bytes - q->used)
+    if (need > q->max_bytes - q->used)
         return false;
     unsigned char *p = q->arena + q->used;
     void **argv = (void **)(void *)p;
@@ -505,7 +505,7 @@ static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
     if (q->n == 0) {
         atomic_store_explicit(&q->held_stream, c->stream, memory_order_relaxed);
         atomic_store_explicit(&q->holding, true, memory_order_relaxed);
-        atomic_fetch_add_explicit(&h3_holding, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&h3_hot.holding, 1, memory_order_relaxed);
         __typeof__(&cuCtxGetCurrent) get = H3_LIB_FN(CUDA, cuCtxGetCurrent);
         if (get == NULL || get(&q->ctx) != CUDA_SUCCESS)
             q->ctx = NULL;
@@ -555,12 +555,12 @@ static bool h3_group_range_ready(const struct h3_queue *q, const struct h3_op_ra
 static bool h3_group_run(struct h3_queue *q, struct h3_call *c, struct h3_call *anchor)
 {
     const struct h3_groups *g = q->groups;
-    uint32_t first = (uint32_t)g->first[q->next - 1]; /* next: the call after the group's last launch */
+    uint32_t first = (uint32_t)g->at[q->next - 1].first; /* next: the call after the group's last launch */
     uint64_t replaced = 0; /* a bit per range index whose op replaces its calls */
     const struct h3_op_range *pending = NULL;
     uint32_t pending_at = 0;
     for (uint32_t i = 0; i < q->n; i++) {
-        int32_t ri = g->claim_at[first + i];
+        int32_t ri = g->at[first + i].claim_at;
         const struct h3_op_range *r = ri >= 0 ? &g->ranges[ri] : NULL;
         if (r != NULL && r->first == first + i && h3_group_range_ready(q, r, ri, first, anchor)) {
             const char *why = r->anchored ? h3_op_check_range(r, &q->calls[i], anchor)
@@ -612,18 +612,21 @@ static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h
 
 bool h3_engine_before(struct h3_call *c)
 {
-    if (h3_hooks[c->fn].kind == H3_KIND_SYNC)
+    if (c->kind == H3_KIND_SYNC)
         h3_captures_before(c);
     c->decision = "passthrough";
-    c->reason = h3_signatures_count() == 0 ? "no_signatures" : "matching_off";
-    if (!h3_match_on)
+    c->reason = "matching_off";
+    if (!h3_hot.match_on) {
+        if (h3_signatures_count() == 0)
+            c->reason = "no_signatures";
         return false;
-    struct h3_queue *q = h3_queue;
+    }
+    struct h3_queue *q = h3_thread.queue;
     /* Another thread holds calls: the count is more than this thread's.  (A
      * thread that holds calls on this stream made them before this call, so
      * they are counted, as far as the program ordered the two threads.) */
     unsigned mine = q != NULL && atomic_load_explicit(&q->holding, memory_order_relaxed) ? 1u : 0u;
-    if (atomic_load_explicit(&h3_holding, memory_order_acquire) > mine)
+    if (atomic_load_explicit(&h3_hot.holding, memory_order_acquire) > mine)
         h3_flush_other_threads(q, c);
     if (q == NULL)
         return h3_engine_decide(c, NULL);
@@ -637,14 +640,14 @@ bool h3_engine_before(struct h3_call *c)
 static void h3_engine_scan(struct h3_call *c)
 {
     h3_wcache_observe(c);
-    if (h3_config.stats)
+    if (h3_hot.stats)
         h3_stats_part_end(c, H3_PART_SCAN);
 }
 
 /* The engine's decision on call `c` of this thread, whose queue `q` (if any) is locked. */
 static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
 {
-    if (h3_hooks[c->fn].kind == H3_KIND_SYNC) {
+    if (c->kind == H3_KIND_SYNC) {
         c->reason = "sync";
         h3_match_interrupt();
         h3_flush(q, H3_FLUSH_FOREIGN, c);
@@ -655,14 +658,14 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
         return false;
     }
     h3_match_call(c);
-    if (h3_config.stats) /* from the end of the description: the engine's way here is counted as matching */
+    if (h3_hot.stats) /* from the end of the description: the engine's way here is counted as matching */
         h3_stats_part_end(c, H3_PART_MATCH);
-    if (!h3_engine_on)
+    if (!h3_hot.engine_on)
         return false;
     h3_engine_scan(c);
     const struct h3_groups *g = c->match_sig != NULL ? h3_groups_of(c->match_sig) : NULL;
     uint32_t j = c->match_call;
-    bool grouped = g != NULL && g->first[j] >= 0;
+    bool grouped = g != NULL && g->at[j].first >= 0;
     if (q != NULL && q->n > 0) {
         bool continues = q->groups->sig == c->match_sig && q->next == j && q->stream == c->stream;
         if (continues && q->awaiting) /* the library call an op waited for */
@@ -674,7 +677,7 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
     }
     if (!grouped)
         return false;
-    bool starts = (uint32_t)g->first[j] == j;
+    bool starts = (uint32_t)g->at[j].first == j;
     if (!starts && (q == NULL || q->n == 0))
         return false; /* the group's first calls were issued already */
     uint64_t allowed = starts ? h3_group_allowed(g, j) : 0;
@@ -699,7 +702,7 @@ static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h
         h3_flush(q, H3_FLUSH_LIMIT, c);
         return false;
     }
-    if (h3_config.stats) /* only the stats read it: no shared cache line written per held launch otherwise */
+    if (h3_hot.stats) /* only the stats read it: no shared cache line written per held launch otherwise */
         atomic_fetch_add_explicit(&h3_deferred_calls, 1, memory_order_relaxed);
     q->groups = g;
     q->stream = c->stream;
@@ -707,7 +710,7 @@ static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h
     if (starts)
         q->allowed = allowed;
     c->decision = "deferred";
-    if ((uint32_t)g->last[j] == j) {
+    if ((uint32_t)g->at[j].last == j) {
         const struct h3_op_range *anchored = h3_group_anchor(g, j);
         if (anchored != NULL && ((q->allowed >> (anchored - g->ranges)) & 1))
             q->awaiting = true; /* held until the library call comes, or anything else */
@@ -734,8 +737,8 @@ void h3_engine_setup(void)
     }
     h3_groups_build();
     for (unsigned i = 0; i < h3_ngroups; i++)
-        h3_engine_on |= h3_groups[i].nranges > 0;
-    h3_graphs_on = h3_engine_on && h3_wcache_graphs_switch() != 0 && h3_op_enabled(&h3_op_weight_cache);
+        h3_hot.engine_on |= h3_groups[i].nranges > 0;
+    h3_hot.graphs_on = h3_hot.engine_on && h3_wcache_graphs_switch() != 0 && h3_op_enabled(&h3_op_weight_cache);
 }
 
 /* "plan MODEL/GROUP: op NAME takes calls 0,3" (", and the library call N" when anchored). */
@@ -755,7 +758,7 @@ static void h3_engine_print_plan(void (*line)(const char *fmt, ...), const struc
 
 void h3_engine_print_stats(void (*line)(const char *fmt, ...))
 {
-    if (!h3_engine_on) {
+    if (!h3_hot.engine_on) {
         line("engine: off (%s)", !h3_config.engine ? "H3SHIM_ENGINE=0" : "no op enabled takes a group");
         return;
     }
@@ -824,9 +827,9 @@ void h3_engine_after_fork_child(void)
             break;
         pthread_mutex_init(&q->lock, NULL);
         h3_queue_clear(q);
-        atomic_store(&q->in_use, q == h3_queue); /* the other threads are not in the child */
+        atomic_store(&q->in_use, q == h3_thread.queue); /* the other threads are not in the child */
     }
-    atomic_store(&h3_holding, 0);
+    atomic_store(&h3_hot.holding, 0);
     h3_wcache_after_fork_child();
     h3_graphs_after_fork_child();
     h3_engine_reset();

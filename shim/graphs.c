@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool h3_graphs_on;
 
 struct h3_capture {
     uint64_t id;          /* the driver's capture sequence id; 0 until asked */
@@ -39,7 +38,6 @@ struct h3_graph_ref {
 
 static struct {
     pthread_mutex_t lock;
-    atomic_uint active; /* captures begun and not ended */
     struct h3_capture captures[64];
     unsigned ncaptures;
     struct h3_graph_ref graphs[H3_GRAPHS_MAX], execs[H3_GRAPHS_MAX];
@@ -244,12 +242,12 @@ static void h3_capture_remove(struct h3_capture *k)
 
 void h3_graphs_begin(const void *stream, bool into_graph)
 {
-    if (!h3_graphs_on)
+    if (!h3_hot.graphs_on)
         return;
     pthread_mutex_lock(&h3_g.lock);
     if (h3_g.ncaptures < sizeof(h3_g.captures) / sizeof(h3_g.captures[0])) {
         h3_g.captures[h3_g.ncaptures++] = (struct h3_capture){0, stream, into_graph, NULL};
-        atomic_fetch_add_explicit(&h3_g.active, 1, memory_order_release);
+        atomic_fetch_add_explicit(&h3_hot.captures_recording, 1, memory_order_release);
     } else {
         H3_WARN_ONCE(H3_SUB_ENGINE, "more than 64 CUDA graph captures at once: the ones beyond are not tracked, "
                                     "and weight_cache falls back in them");
@@ -259,7 +257,7 @@ void h3_graphs_begin(const void *stream, bool into_graph)
 
 struct h3_grec *h3_graphs_capture_lock(const void *stream)
 {
-    if (!h3_graphs_on || atomic_load_explicit(&h3_g.active, memory_order_acquire) == 0)
+    if (!h3_hot.graphs_on || atomic_load_explicit(&h3_hot.captures_recording, memory_order_acquire) == 0)
         return NULL;
     uint64_t id;
     if (!h3_capture_info(stream, &id, NULL))
@@ -332,7 +330,7 @@ static void h3_grec_compact(struct h3_grec *r)
 
 void h3_graphs_end(const void *stream)
 {
-    if (!h3_graphs_on || atomic_load_explicit(&h3_g.active, memory_order_acquire) == 0)
+    if (!h3_hot.graphs_on || atomic_load_explicit(&h3_hot.captures_recording, memory_order_acquire) == 0)
         return;
     uint64_t id;
     const void *graph = NULL;
@@ -348,14 +346,14 @@ void h3_graphs_end(const void *stream)
             h3_ref_add(h3_g.graphs, &h3_g.ngraphs, graph, k->rec);
         }
         h3_capture_remove(k);
-        atomic_fetch_sub_explicit(&h3_g.active, 1, memory_order_release);
+        atomic_fetch_sub_explicit(&h3_hot.captures_recording, 1, memory_order_release);
     }
     pthread_mutex_unlock(&h3_g.lock);
 }
 
 void h3_graphs_instantiated_at(const void *pexec, const void *graph)
 {
-    if (!h3_graphs_on || pexec == NULL || *(const void *const *)pexec == NULL)
+    if (!h3_hot.graphs_on || pexec == NULL || *(const void *const *)pexec == NULL)
         return;
     const void *exec = *(const void *const *)pexec;
     pthread_mutex_lock(&h3_g.lock);
@@ -371,7 +369,7 @@ void h3_graphs_instantiated_at(const void *pexec, const void *graph)
 /* Forgets `handle` in one table (destroyed, or changed so that its record no longer holds). */
 static void h3_graphs_forget(struct h3_graph_ref *refs, unsigned *n, const void *handle)
 {
-    if (!h3_graphs_on)
+    if (!h3_hot.graphs_on)
         return;
     pthread_mutex_lock(&h3_g.lock);
     struct h3_graph_ref *r = h3_ref_find(refs, *n, handle);
@@ -392,7 +390,7 @@ void h3_graphs_graph_gone(const void *graph)
 
 void h3_graphs_graphs_changed(void)
 {
-    if (!h3_graphs_on)
+    if (!h3_hot.graphs_on)
         return;
     pthread_mutex_lock(&h3_g.lock);
     while (h3_g.ngraphs > 0)
@@ -402,7 +400,7 @@ void h3_graphs_graphs_changed(void)
 
 struct h3_grec *h3_graphs_exec_lock(const void *exec)
 {
-    if (!h3_graphs_on)
+    if (!h3_hot.graphs_on)
         return NULL;
     pthread_mutex_lock(&h3_g.lock);
     struct h3_graph_ref *e = h3_ref_find(h3_g.execs, h3_g.nexecs, exec);
@@ -422,14 +420,14 @@ void h3_graphs_reset(void)
         h3_ref_remove(h3_g.graphs, &h3_g.ngraphs, &h3_g.graphs[h3_g.ngraphs - 1]);
     while (h3_g.nexecs > 0)
         h3_ref_remove(h3_g.execs, &h3_g.nexecs, &h3_g.execs[h3_g.nexecs - 1]);
-    atomic_store(&h3_g.active, 0);
+    atomic_store(&h3_hot.captures_recording, 0);
     pthread_mutex_unlock(&h3_g.lock);
 }
 
 void h3_graphs_merge_exec(const void *stream, const void *exec)
 {
     uint64_t id;
-    if (!h3_graphs_on || !h3_capture_info(stream, &id, NULL))
+    if (!h3_hot.graphs_on || !h3_capture_info(stream, &id, NULL))
         return;
     pthread_mutex_lock(&h3_g.lock);
     struct h3_capture *k = h3_capture_of(id);

@@ -153,26 +153,54 @@ void h3_log_expand_path(const char *pattern, char *out, size_t outlen);
 
 /* ---- init.c ---- */
 
-/* Process state, valid after h3_init(). */
-extern atomic_int h3_state; /* 0 = not initialised, 1 = active, 2 = disabled */
-/* Non-zero while this thread runs shim code or an intercepted call.  Initial-
- * exec TLS: read with one load, no call (the library is preloaded, so its
- * TLS is in the initial block; a late dlopen still finds room for an int). */
-extern __attribute__((tls_model("initial-exec"))) _Thread_local int h3_depth;
+/*
+ * What every intercepted call reads before it knows whether there is
+ * anything to do, in one cache line.  In a real process the framework evicts
+ * the shim's data between two calls, so each further line a call reads is a
+ * miss: the shim's cost there is lines, not instructions (NOTES.md).  Each
+ * field is written by the file named beside it, once at initialisation
+ * unless said otherwise; every other file only reads it.
+ */
+struct h3_hot {
+    atomic_int state;    /* init.c: 0 = not initialised, 1 = active, 2 = disabled */
+    bool observe;        /* init.c: trace, stats or the matcher wants the calls */
+    bool stats;          /* config.c: H3SHIM_STATS (h3_config.stats) */
+    bool trace_on;       /* trace.c: a trace is being written */
+    bool match_on;       /* init.c: calls are matched (H3SHIM_MATCH or the engine, and a signature) */
+    bool engine_on;      /* engine.c: the engine may defer launches */
+    bool graphs_on;      /* engine.c: weight copies are tracked into captures */
+    atomic_uint holding; /* engine.c, per group: queues holding calls */
+    atomic_uint wc_live; /* op_weight_cache.c, per copy: weight copies, for the "nothing cached" test */
+    _Atomic uint64_t wc_lo, wc_hi; /* op_weight_cache.c, per copy: the bounds of their sources */
+    atomic_uint captures_recording; /* graphs.c, per capture: captures begun and not ended */
+} __attribute__((aligned(64)));
+extern struct h3_hot h3_hot;
+struct h3_queue;
+struct h3_matcher;
+/* What every observed call reads of this thread's, in one cache line (as
+ * h3_hot for the process).  Initial-exec TLS: read with one load, no call
+ * (the library is preloaded, so its TLS is in the initial block; a late
+ * dlopen still finds room for one line). */
+struct h3_thread {
+    int depth;                  /* non-zero while this thread runs shim code or an intercepted call */
+    uint64_t forward_ns;        /* the real calls made for the application in the observed call */
+    uint64_t stats_reads;       /* stats.c: the stats' own clock reads inside the calls' parts */
+    struct h3_queue *queue;     /* engine.c: this thread's held launches, once it has held one */
+    struct h3_matcher *matcher; /* match.c: this thread's matcher, once it has matched a call */
+} __attribute__((aligned(64)));
+extern __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_thread h3_thread;
 
 /* Idempotent, thread-safe lazy initialisation: reads the configuration, sets
  * up logging, trace and stats.  Touches no CUDA library. */
 void h3_init(void);
-/* Whether an intercepted call must be observed (traced or counted). */
-extern bool h3_observe;
 
 /* The shim's state, initialising it first if this is the first call. */
 static inline int h3_state_now(void)
 {
-    int state = atomic_load_explicit(&h3_state, memory_order_acquire);
+    int state = atomic_load_explicit(&h3_hot.state, memory_order_acquire);
     if (__builtin_expect(state == 0, 0)) {
         h3_init();
-        state = atomic_load_explicit(&h3_state, memory_order_acquire);
+        state = atomic_load_explicit(&h3_hot.state, memory_order_acquire);
     }
     return state;
 }
@@ -289,6 +317,7 @@ struct h3_procaddr_desc {
 /* One intercepted call. */
 struct h3_call {
     enum h3_fn fn;
+    uint8_t kind;     /* h3_hooks[fn].kind (an enum h3_kind), known to the wrapper */
     bool detail;      /* fill library descriptions (tracing) */
     uint8_t capture_edge; /* a capture's begin or end: what h3_captures_after must settle */
     bool per_thread;  /* a _ptsz entry point */
@@ -297,7 +326,7 @@ struct h3_call {
     uint64_t t0_ns, t1_ns;
     uint64_t described_ns; /* with stats: when the call was described (before the engine saw it) */
     uint64_t mark_ns;      /* with stats: the end of the last part timed (h3_stats_part_end) */
-    uint64_t stat_reads;   /* with stats: h3_stats_reads when the call began */
+    uint64_t stat_reads;   /* with stats: h3_thread.stats_reads when the call began */
     const void *stream;
     const void *handle; /* launches: the kernel handle or host stub as passed */
     const struct h3_kernel *kernel;
@@ -456,8 +485,6 @@ const struct h3_sig *h3_signatures_get(unsigned i);
 
 /* Most pointer slots one signature call may have (the parser's bound). */
 #define H3_SIG_MAX_CALL_SLOTS 512
-/* Whether calls are matched: H3SHIM_MATCH=1 and a signature is loaded. */
-extern bool h3_match_on;
 /* Places an observed call in the signatures' groups: sets c->reason
  * (group_call, group_complete, no_match) and c->match_*. */
 void h3_match_call(struct h3_call *c);
@@ -489,9 +516,8 @@ struct h3_deferred {
  * order; returns how many failed. */
 unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n);
 
-/* Whether the engine may defer launches: matching on, H3SHIM_ENGINE on and an
- * op enabled.  Set by h3_engine_setup(). */
-extern bool h3_engine_on;
+/* (h3_hot.engine_on: matching on, H3SHIM_ENGINE on and an op enabled; set
+ * by h3_engine_setup().) */
 /* Chooses the ops and builds the per-signature group tables; after the
  * signatures are loaded. */
 void h3_engine_setup(void);
@@ -697,9 +723,8 @@ void h3_graphs_instantiated_at(const void *pexec, const void *graph);
 void h3_graphs_exec_gone(const void *exec);
 void h3_graphs_graph_gone(const void *graph);
 void h3_graphs_graphs_changed(void);
-/* Whether tracking is on (weight_cache enabled and H3SHIM_WEIGHT_CACHE_GRAPHS
- * not 0; a captured GEMM reads copies only where h3_wcache_graphs_here). */
-extern bool h3_graphs_on;
+/* (h3_hot.graphs_on: weight_cache enabled and H3SHIM_WEIGHT_CACHE_GRAPHS not
+ * 0; a captured GEMM reads copies only where h3_wcache_graphs_here.) */
 void h3_graphs_reset(void);
 /* In a fork child: the lock may have been held by a thread the child lacks. */
 void h3_graphs_after_fork_child(void);
@@ -786,7 +811,6 @@ void *h3_driver_wrapper(enum h3_fn fn);
 /* Opens the trace from h3_config; a failure leaves tracing off with one
  * warning.  Returns whether tracing is on. */
 bool h3_trace_open(void);
-extern bool h3_trace_on;
 /* Emits one record for a completed call (one write, never torn). */
 void h3_trace_emit(const struct h3_call *c);
 /* Completes the file (closing bracket of the Chrome format). */
@@ -818,10 +842,9 @@ void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, ui
  * is counted on the thread, so that the stats can take the reads' own cost
  * out of the shim's time (the call's first and last reads, and those
  * around real calls, are left in: the figure stays an upper bound). */
-extern __attribute__((tls_model("initial-exec"))) _Thread_local uint64_t h3_stats_reads;
 static inline uint64_t h3_stats_clock(void)
 {
-    h3_stats_reads++;
+    h3_thread.stats_reads++;
     return h3_now_ns();
 }
 /* With stats: call c's part `part` ends now; it began where the last part
@@ -840,28 +863,27 @@ int h3shim_host_time(unsigned long long *own_ns, unsigned long long *calls, unsi
  * calls the shim made for the application: held launches issued, ops'
  * kernels and library calls.  That time replaces the application's own
  * calls, so the stats keep it apart from the shim's overhead. */
-extern __attribute__((tls_model("initial-exec"))) _Thread_local uint64_t h3_forward_ns;
 
 /* Brackets a real call the shim makes for the application: nested (the
  * wrappers forward it untouched) and timed when the stats are on. */
 static inline uint64_t h3_forward_begin(void)
 {
-    h3_depth++;
-    return h3_config.stats ? h3_now_ns() : 0;
+    h3_thread.depth++;
+    return h3_hot.stats ? h3_now_ns() : 0;
 }
 
 /* With stats: host time since t0 (h3_now_ns) less the real calls made for
- * the application meanwhile (h3_forward_ns was forward0 at t0). */
+ * the application meanwhile (h3_thread.forward_ns was forward0 at t0). */
 static inline uint64_t h3_own_ns_since(uint64_t t0, uint64_t forward0)
 {
-    return h3_stats_clock() - t0 - (h3_forward_ns - forward0);
+    return h3_stats_clock() - t0 - (h3_thread.forward_ns - forward0);
 }
 
 static inline void h3_forward_end(uint64_t t0)
 {
     if (t0 != 0)
-        h3_forward_ns += h3_now_ns() - t0;
-    h3_depth--;
+        h3_thread.forward_ns += h3_now_ns() - t0;
+    h3_thread.depth--;
 }
 /* Prints the table to stderr (called at exit when H3SHIM_STATS=1). */
 void h3_stats_print(void);

@@ -31,21 +31,22 @@ H3_LIB_LIST(H3_X)
  */
 static inline bool h3_call_wanted(void)
 {
-    return H3_LIKELY(h3_depth == 0) && h3_state_now() == 1 && h3_observe;
+    return H3_LIKELY(h3_thread.depth == 0) && h3_state_now() == 1 && h3_hot.observe;
 }
 
 /* Starts observing a call that h3_call_wanted() accepted. */
-static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn)
+static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn, enum h3_kind kind)
 {
-    h3_depth++;
+    h3_thread.depth++;
     __builtin_memset(c, 0, offsetof(struct h3_call, u));
     c->fn = fn;
-    c->detail = h3_trace_on || h3_match_on;
+    c->kind = (uint8_t)kind;
+    c->detail = h3_hot.trace_on || h3_hot.match_on;
     c->device = -1;
-    if (h3_trace_on || h3_config.stats)
+    if (h3_hot.trace_on || h3_hot.stats)
         c->t0_ns = h3_now_ns();
-    c->stat_reads = h3_stats_reads;
-    h3_forward_ns = 0;
+    c->stat_reads = h3_thread.stats_reads;
+    h3_thread.forward_ns = 0;
 }
 
 /* The call is decided and about to be forwarded (or was handled): the
@@ -53,16 +54,16 @@ static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn)
  * application meanwhile, is counted in the stats. */
 static inline void h3_call_decided(struct h3_call *c)
 {
-    if (h3_config.stats)
-        h3_stats_shim_time(c->fn, h3_now_ns() - c->t0_ns - h3_forward_ns,
-                           c->described_ns != 0 ? c->described_ns - c->t0_ns : 0, h3_forward_ns,
-                           h3_stats_reads - c->stat_reads);
+    if (h3_hot.stats)
+        h3_stats_shim_time(c->fn, h3_now_ns() - c->t0_ns - h3_thread.forward_ns,
+                           c->described_ns != 0 ? c->described_ns - c->t0_ns : 0, h3_thread.forward_ns,
+                           h3_thread.stats_reads - c->stat_reads);
 }
 
 /* The call is described: with stats, the time so far is the description's. */
 static inline void h3_call_described(struct h3_call *c)
 {
-    if (h3_config.stats)
+    if (h3_hot.stats)
         c->described_ns = c->mark_ns = h3_stats_clock();
 }
 
@@ -70,7 +71,7 @@ static inline void h3_call_described(struct h3_call *c)
  * something observes (the engine will need them always). */
 static inline bool h3_config_active(void)
 {
-    return h3_state_now() == 1 && h3_observe;
+    return h3_state_now() == 1 && h3_hot.observe;
 }
 
 /* Finishes observing a call that h3_call_begin() accepted and the engine
@@ -81,11 +82,11 @@ static inline void h3_call_end(struct h3_call *c, long long result)
     if (H3_UNLIKELY(c->capture_edge != 0))
         h3_captures_after(c);
     h3_stats_count(c);
-    if (h3_trace_on) {
+    if (h3_hot.trace_on) {
         c->t1_ns = h3_now_ns();
         h3_trace_emit(c);
     }
-    h3_depth--;
+    h3_thread.depth--;
 }
 
 /* Every wrapper starts here: the real function, or the library's error. */
@@ -101,18 +102,19 @@ static inline void h3_call_end(struct h3_call *c, long long result)
  */
 static inline bool h3_call_unwanted_fast(void)
 {
-    if (h3_depth != 0)
+    if (h3_thread.depth != 0)
         return true;
-    int state = atomic_load_explicit(&h3_state, memory_order_acquire);
-    return state == 2 || (state == 1 && !h3_observe);
+    int state = atomic_load_explicit(&h3_hot.state, memory_order_acquire);
+    return state == 2 || (state == 1 && !h3_hot.observe);
 }
 
 /*
  * The exported wrapper forwards with a tail jump when nothing observes, so
  * the caller's arguments are never copied; the slow path (first call,
- * resolution, observation) lives in a function of its own.
+ * resolution, observation) lives in a function of its own.  The entry's kind
+ * is a constant there, not a read of h3_hooks.
  */
-#define H3_WRAP_LAUNCH(lib, ret, name, params, args, describe)                   \
+#define H3_WRAP_OBSERVED(kind, lib, ret, name, params, args, describe)           \
     __attribute__((noinline)) static ret h3_slow_##name params                   \
     {                                                                            \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
@@ -120,7 +122,7 @@ static inline bool h3_call_unwanted_fast(void)
             return real_ args;                                                   \
         struct h3_call call_;                                                    \
         struct h3_call *c = &call_;                                              \
-        h3_call_begin(c, H3_FN_##name);                                          \
+        h3_call_begin(c, H3_FN_##name, H3_KIND_##kind);                          \
         describe;                                                                \
         h3_call_described(c);                                                    \
         /* Deferred or run by an op: the caller sees c->result: 0 for a     */  \
@@ -138,8 +140,9 @@ static inline bool h3_call_unwanted_fast(void)
             return ((__typeof__(&name))p_) args;                                 \
         return h3_slow_##name args;                                              \
     }
-#define H3_WRAP_LIBCALL H3_WRAP_LAUNCH
-#define H3_WRAP_SYNC H3_WRAP_LAUNCH
+#define H3_WRAP_LAUNCH(...) H3_WRAP_OBSERVED(LAUNCH, __VA_ARGS__)
+#define H3_WRAP_LIBCALL(...) H3_WRAP_OBSERVED(LIBCALL, __VA_ARGS__)
+#define H3_WRAP_SYNC(...) H3_WRAP_OBSERVED(SYNC, __VA_ARGS__)
 #define H3_WRAP_PROCADDR(lib, ret, name, params, args, describe)
 
 /* Configuration calls: forwarded first; what succeeded is remembered. */

@@ -1,7 +1,7 @@
 /*
  * Process-wide state and the one lazy initialisation.
  *
- * Owns: h3_state, h3_observe, the thread-local re-entrancy depth, and the
+ * Owns: h3_hot.state, h3_hot.observe, the thread-local re-entrancy depth, and the
  * process exit hook.
  * Invariants: h3_init() is idempotent and thread-safe; it reads the
  * environment, sets up logging, the trace and fork handling, and touches no
@@ -15,10 +15,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-atomic_int h3_state;
-__attribute__((tls_model("initial-exec"))) _Thread_local int h3_depth;
-__attribute__((tls_model("initial-exec"))) _Thread_local uint64_t h3_forward_ns;
-bool h3_observe;
+struct h3_hot h3_hot;
+__attribute__((tls_model("initial-exec"))) _Thread_local struct h3_thread h3_thread;
 
 static pthread_once_t h3_init_once = PTHREAD_ONCE_INIT;
 
@@ -26,32 +24,32 @@ extern char **environ;
 
 static void h3_init_run(void)
 {
-    h3_depth++;
+    h3_thread.depth++;
     h3_config_load(environ);
     h3_log_setup();
     h3_config_report();
     if (h3_config.disable) {
         H3_INFO(H3_SUB_INIT, "disabled by H3SHIM_DISABLE: pure pass-through");
-        atomic_store_explicit(&h3_state, 2, memory_order_release);
-        h3_depth--;
+        atomic_store_explicit(&h3_hot.state, 2, memory_order_release);
+        h3_thread.depth--;
         return;
     }
     h3_trace_open();
     h3_signatures_load();
     h3_engine_setup();
-    h3_match_on = (h3_config.match || h3_engine_on) && h3_signatures_count() > 0;
-    h3_observe = h3_trace_on || h3_config.stats || h3_match_on;
+    h3_hot.match_on = (h3_config.match || h3_hot.engine_on) && h3_signatures_count() > 0;
+    h3_hot.observe = h3_hot.trace_on || h3_hot.stats || h3_hot.match_on;
     h3_fork_setup();
-    H3_INFO(H3_SUB_INIT, "active: trace %s, stats %s, matching %s, engine %s", h3_trace_on ? "on" : "off",
-            h3_config.stats ? "on" : "off", h3_match_on ? "on" : "off", h3_engine_on ? "on" : "off");
-    atomic_store_explicit(&h3_state, 1, memory_order_release);
-    h3_depth--;
+    H3_INFO(H3_SUB_INIT, "active: trace %s, stats %s, matching %s, engine %s", h3_hot.trace_on ? "on" : "off",
+            h3_hot.stats ? "on" : "off", h3_hot.match_on ? "on" : "off", h3_hot.engine_on ? "on" : "off");
+    atomic_store_explicit(&h3_hot.state, 1, memory_order_release);
+    h3_thread.depth--;
 }
 
 void h3_init(void)
 {
     /* A call made by the shim's own initialisation is simply forwarded. */
-    if (h3_depth != 0)
+    if (h3_thread.depth != 0)
         return;
     pthread_once(&h3_init_once, h3_init_run);
 }
@@ -59,10 +57,10 @@ void h3_init(void)
 /* At exit (or unload): the stats table and the end of the trace. */
 __attribute__((destructor)) static void h3_fini(void)
 {
-    if (atomic_load_explicit(&h3_state, memory_order_acquire) != 1)
+    if (atomic_load_explicit(&h3_hot.state, memory_order_acquire) != 1)
         return;
-    h3_depth++;
-    if (h3_config.stats)
+    h3_thread.depth++;
+    if (h3_hot.stats)
         h3_stats_print();
     h3_trace_close();
 }

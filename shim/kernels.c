@@ -95,7 +95,7 @@ static CUmodule h3_module_of(CUcontext ctx, const char **why)
     }
     __typeof__(&cuModuleLoadData) load = H3_LIB_FN(CUDA, cuModuleLoadData);
     CUmodule mod = NULL;
-    uint64_t t0 = h3_config.stats ? h3_stats_clock() : 0;
+    uint64_t t0 = h3_hot.stats ? h3_stats_clock() : 0;
     CUresult r = load != NULL ? load(&mod, h3_kernels.image) : CUDA_ERROR_NOT_FOUND;
     if (t0 != 0)
         h3_stats_one_off(H3_ONE_OFF_MODULE, h3_stats_clock() - t0);

@@ -46,18 +46,16 @@ static void h3_match_count_break(unsigned s, const char *why, uint32_t at);
 static bool h3_match_gemm_shape(const struct h3_sig *sig, const struct h3_lt_desc *lt);
 static void h3_match_count_lookalike(unsigned s);
 
-bool h3_match_on;
 static pthread_key_t h3_match_key;
 static pthread_once_t h3_match_key_once = PTHREAD_ONCE_INIT;
 
 /* This thread's matcher, as the key holds it: read on every call, so kept
  * where the thread's other hot words are (the key keeps the destructor). */
-static __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_matcher *h3_matcher_here;
 
 static void h3_matcher_free(void *arg)
 {
     struct h3_matcher *m = arg;
-    h3_matcher_here = NULL; /* the destructor runs on the exiting thread */
+    h3_thread.matcher = NULL; /* the destructor runs on the exiting thread */
     for (unsigned i = 0; m != NULL && i < m->nsigs; i++) {
         free(m->p[i].base);
         free(m->p[i].values);
@@ -75,12 +73,12 @@ static void h3_match_key_make(void)
  * runs out (then nothing is matched on this thread). */
 static struct h3_matcher *h3_matcher_get(void)
 {
-    struct h3_matcher *m = h3_matcher_here;
+    struct h3_matcher *m = h3_thread.matcher;
     if (m != NULL)
         return m;
     pthread_once(&h3_match_key_once, h3_match_key_make);
     if ((m = pthread_getspecific(h3_match_key)) != NULL)
-        return h3_matcher_here = m;
+        return h3_thread.matcher = m;
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return NULL;
@@ -106,7 +104,7 @@ static struct h3_matcher *h3_matcher_get(void)
         m->nsigs++;
     }
     pthread_setspecific(h3_match_key, m);
-    return h3_matcher_here = m;
+    return h3_thread.matcher = m;
 }
 
 /* Whether a slot's value satisfies its reference in the current instance. */
@@ -148,7 +146,7 @@ static const char *h3_match_one(struct h3_match_progress *p, uint32_t j, const s
     if (sc->nslots > H3_SIG_MAX_CALL_SLOTS)
         return "slots";
     if (sc->kind == H3_SIG_LAUNCH) {
-        if (h3_hooks[c->fn].kind != H3_KIND_LAUNCH)
+        if (c->kind != H3_KIND_LAUNCH)
             return "kind";
         if (c->kernel == NULL)
             return "kernel";
@@ -301,7 +299,7 @@ static void h3_match_count_break(unsigned s, const char *why, uint32_t at)
 
 void h3_match_interrupt(void)
 {
-    struct h3_matcher *m = h3_matcher_here; /* none made yet: nothing in progress */
+    struct h3_matcher *m = h3_thread.matcher; /* none made yet: nothing in progress */
     for (unsigned s = 0; m != NULL && s < m->nsigs; s++) {
         if (m->p[s].next > 0)
             h3_match_count_break(s, "foreign", m->p[s].next);

@@ -54,7 +54,7 @@ struct h3_wc_entry {
     const void *stream;
     CUdeviceptr dst; /* FP16 copy */
     bool valid;
-    /* With graphs (h3_graphs_on) only: */
+    /* With graphs (h3_hot.graphs_on) only: */
     struct h3_wc_recipe recipe; /* handle NULL until the first fill (a valid copy has one) */
     const void *fill_stream; /* where the last fill was issued */
     CUevent event;           /* recorded after it (NULL: none could be made) */
@@ -66,8 +66,6 @@ static struct {
     struct h3_wc_entry e[H3_WC_MAX];
     unsigned n;
     size_t bytes;
-    atomic_uint live; /* entries, for the fast "nothing cached" test */
-    _Atomic uint64_t lo, hi; /* bounds of every valid source (read without the lock) */
     /* The 2 MiB pages that hold a source, hashed into 2^16 bits: set when an
      * entry is made, cleared only when every entry goes, so read without the
      * lock it never misses a source.  A launch's parameter word that falls
@@ -197,9 +195,9 @@ static void h3_wc_bounds(void)
         lo = h3_wc.e[i].src < lo ? h3_wc.e[i].src : lo;
         hi = h3_wc.e[i].src + 4 * h3_wc.e[i].n > hi ? h3_wc.e[i].src + 4 * h3_wc.e[i].n : hi;
     }
-    atomic_store_explicit(&h3_wc.lo, lo, memory_order_relaxed);
-    atomic_store_explicit(&h3_wc.hi, hi, memory_order_relaxed);
-    atomic_store(&h3_wc.live, live);
+    atomic_store_explicit(&h3_hot.wc_lo, lo, memory_order_relaxed);
+    atomic_store_explicit(&h3_hot.wc_hi, hi, memory_order_relaxed);
+    atomic_store(&h3_hot.wc_live, live);
 }
 
 #define H3_WC_PAGE_SHIFT 21
@@ -230,7 +228,7 @@ static void h3_wc_pages_add(uint64_t src, uint64_t bytes)
  * entry whose source overlaps [lo, hi). */
 static void h3_wc_drop(uint64_t lo, uint64_t hi, const struct h3_call *by)
 {
-    if (atomic_load_explicit(&h3_wc.live, memory_order_relaxed) == 0)
+    if (atomic_load_explicit(&h3_hot.wc_live, memory_order_relaxed) == 0)
         return;
     pthread_mutex_lock(&h3_wc.lock);
     bool any = false;
@@ -258,7 +256,7 @@ static void h3_wc_filled_on(struct h3_wc_entry *e, const void *stream)
 {
     e->fill_stream = stream;
     e->fill_done = false;
-    if (!h3_graphs_on)
+    if (!h3_hot.graphs_on)
         return;
     __typeof__(&cuEventCreate) create = H3_LIB_FN(CUDA, cuEventCreate);
     __typeof__(&cuEventRecord) record = H3_LIB_FN(CUDA, cuEventRecord);
@@ -276,7 +274,7 @@ static void h3_wc_filled_on(struct h3_wc_entry *e, const void *stream)
  * question and would be invalidated by it).  Locked. */
 static void h3_wc_ready(struct h3_wc_entry *e, const void *stream)
 {
-    if (!h3_graphs_on || e->fill_stream == stream || e->fill_done)
+    if (!h3_hot.graphs_on || e->fill_stream == stream || e->fill_done)
         return;
     __typeof__(&cuEventQuery) query = H3_LIB_FN(CUDA, cuEventQuery);
     if (e->event != NULL && query != NULL && h3_captures_none() && query(e->event) == CUDA_SUCCESS) {
@@ -360,8 +358,7 @@ static void h3_wc_anywhere_init(void)
 static inline __attribute__((always_inline)) void h3_wc_each_write(const struct h3_call *c,
                                                                    const struct h3_wc_sink *k)
 {
-    const struct h3_hook_info *hk = &h3_hooks[c->fn];
-    if (hk->kind == H3_KIND_SYNC) {
+    if (c->kind == H3_KIND_SYNC) {
         pthread_once(&h3_wc_anywhere_once, h3_wc_anywhere_init);
         if (h3_wc_anywhere[c->fn]) {
             k->range(k->arg, 0, UINT64_MAX);
@@ -380,7 +377,7 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
         }
         return;
     }
-    if (hk->kind == H3_KIND_LAUNCH) {
+    if (c->kind == H3_KIND_LAUNCH) {
         if (c->match_sig != NULL && h3_wc_is_cast(c->match_sig, c->match_call))
             return; /* a cast the op replaces: it reads the source */
         if (c->kernel != NULL && c->kernel->writes_unseen) {
@@ -392,8 +389,8 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
          * the scan is as if the launch had come before it. */
         uint64_t lo = 0, span = 0;
         if (k->in_sources) {
-            lo = atomic_load_explicit(&h3_wc.lo, memory_order_relaxed);
-            span = atomic_load_explicit(&h3_wc.hi, memory_order_relaxed) - lo;
+            lo = atomic_load_explicit(&h3_hot.wc_lo, memory_order_relaxed);
+            span = atomic_load_explicit(&h3_hot.wc_hi, memory_order_relaxed) - lo;
         }
         for (uint32_t p = 0; c->args != NULL && c->param_sizes != NULL && p < c->nparams; p++)
             for (uint32_t off = 0; off + 8 <= c->param_sizes[p]; off += 8) {
@@ -410,7 +407,7 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
     } else if (c->fn == H3_FN_cudnnBackendExecute) {
         for (int64_t i = 0; i < c->u.dnn.count && i < H3_CUDNN_MAX_TENSORS; i++)
             k->word(k->arg, (uint64_t)(uintptr_t)c->u.dnn.ptrs[i]);
-    } else if (hk->kind == H3_KIND_LIBCALL) {
+    } else if (c->kind == H3_KIND_LIBCALL) {
         k->word(k->arg, (uint64_t)(uintptr_t)c->u.gemm.C);
     }
 }
@@ -423,8 +420,8 @@ static void h3_wc_drop_range(void *arg, uint64_t lo, uint64_t hi)
 
 static inline __attribute__((always_inline)) void h3_wc_drop_word(void *arg, uint64_t v)
 {
-    if (v >= atomic_load_explicit(&h3_wc.lo, memory_order_relaxed) &&
-        v < atomic_load_explicit(&h3_wc.hi, memory_order_relaxed) && h3_wc_page_may_hold(v))
+    if (v >= atomic_load_explicit(&h3_hot.wc_lo, memory_order_relaxed) &&
+        v < atomic_load_explicit(&h3_hot.wc_hi, memory_order_relaxed) && h3_wc_page_may_hold(v))
         h3_wc_drop(v, v + 1, arg);
 }
 
@@ -496,7 +493,7 @@ static void h3_wcache_graph_launch(struct h3_call *c)
 
 void h3_wcache_observe(struct h3_call *c)
 {
-    if (h3_graphs_on) {
+    if (h3_hot.graphs_on) {
         enum h3_capture_edge edge = h3_capture_edge_of(c->fn);
         if (edge != H3_CAPTURE_NONE) {
             if (edge == H3_CAPTURE_END)
@@ -523,7 +520,7 @@ void h3_wcache_observe(struct h3_call *c)
             h3_graphs_unlock();
         }
     }
-    if (atomic_load_explicit(&h3_wc.live, memory_order_relaxed) == 0)
+    if (atomic_load_explicit(&h3_hot.wc_live, memory_order_relaxed) == 0)
         return;
     const struct h3_wc_sink dropper = {h3_wc_drop_range, h3_wc_drop_word, c, true};
     h3_wc_each_write(c, &dropper);
@@ -539,7 +536,7 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
         if (e->n == n && e->stream == stream)
             return e;
     }
-    uint64_t t0 = h3_config.stats ? h3_stats_clock() : 0;
+    uint64_t t0 = h3_hot.stats ? h3_stats_clock() : 0;
     struct h3_wc_entry *e = h3_wc_entry_new(src, n, stream, why);
     if (t0 != 0 && e != NULL)
         h3_stats_one_off(H3_ONE_OFF_COPY, h3_stats_clock() - t0);
@@ -787,7 +784,7 @@ void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
     if (fn != NULL)
         line("weight_cache: the first drop was at %s%s%.160s", fn, kernel != NULL ? " of " : "",
              kernel != NULL ? kernel : "");
-    if (h3_graphs_on)
+    if (h3_hot.graphs_on)
         line("weight_cache graphs: %lu launches of graphs captured under the shim, %lu copies refilled at them",
              atomic_load(&h3_wc.graph_launches), atomic_load(&h3_wc.graph_refills));
 }

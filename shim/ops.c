@@ -256,7 +256,7 @@ void h3_op_fallback(const struct h3_op *op, const char *why)
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     unsigned i = h3_op_index(r->op);
-    uint64_t t0 = h3_config.stats ? h3_stats_clock() : 0, forward0 = h3_forward_ns;
+    uint64_t t0 = h3_hot.stats ? h3_stats_clock() : 0, forward0 = h3_thread.forward_ns;
     const char *why = r->op->run(r, calls, anchor);
     if (t0 != 0)
         atomic_fetch_add_explicit(&h3_op_counts[i].own_ns, h3_own_ns_since(t0, forward0), memory_order_relaxed);
@@ -272,7 +272,7 @@ const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *cal
 const char *h3_op_check_range(const struct h3_op_range *r, const struct h3_deferred *calls,
                               struct h3_call *anchor)
 {
-    uint64_t t0 = h3_config.stats ? h3_stats_clock() : 0, forward0 = h3_forward_ns;
+    uint64_t t0 = h3_hot.stats ? h3_stats_clock() : 0, forward0 = h3_thread.forward_ns;
     const char *why = r->op->check != NULL ? r->op->check(r, calls, anchor) : NULL;
     if (t0 != 0)
         atomic_fetch_add_explicit(&h3_op_counts[h3_op_index(r->op)].check_ns, h3_own_ns_since(t0, forward0),

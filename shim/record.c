@@ -47,7 +47,7 @@ H3_GETTER(CUDNN, __typeof__(&cudnnGetStream), cudnnGetStream)
 /* The current device, for the trace only. */
 static void h3_call_device(struct h3_call *c)
 {
-    if (!h3_trace_on)
+    if (!h3_hot.trace_on)
         return;
     PFN_cuCtxGetDevice_v2000 gd = h3_get_cuCtxGetDevice();
     CUdevice dev;
@@ -151,7 +151,7 @@ static struct h3_kernel *h3_kernel_get(const void *key, enum h3_handle_kind kind
         unsigned slot = (unsigned)((h >> 40) + i) % H3_KCACHE_SLOTS;
         struct h3_kernel *k = atomic_load_explicit(&h3_kcache[slot], memory_order_acquire);
         if (k == NULL) {
-            uint64_t t0 = h3_config.stats ? h3_stats_clock() : 0;
+            uint64_t t0 = h3_hot.stats ? h3_stats_clock() : 0;
             struct h3_kernel *fresh = h3_kernel_build(key, kind);
             if (t0 != 0)
                 h3_stats_one_off(H3_ONE_OFF_KERNEL, h3_stats_clock() - t0);
@@ -194,14 +194,14 @@ static void h3_desc_launch(struct h3_call *c, const void *handle, struct h3_kern
     c->shmem = (unsigned)shmem;
     c->stream = stream;
     if (k != NULL) {
-        if (h3_config.stats) /* only the stats read it: no shared cache line written per launch otherwise */
+        if (h3_hot.stats) /* only the stats read it: no shared cache line written per launch otherwise */
             atomic_fetch_add_explicit(&((struct h3_kernel *)k)->calls, 1, memory_order_relaxed);
         c->nparams = k->nparams;
         c->param_bytes = k->param_bytes;
         c->param_sizes = k->param_sizes;
     }
     /* The fingerprint, device and stream flavour are for the trace; the matcher compares fields. */
-    if (!h3_trace_on)
+    if (!h3_hot.trace_on)
         return;
     c->per_thread = strstr(h3_hooks[c->fn].name, "_ptsz") != NULL;
     uint64_t h = k != NULL ? k->name_hash : h3_hash(H3_HASH_SEED, "?", 1);
@@ -301,7 +301,7 @@ void h3_desc_lt_matmul(struct h3_call *c, cublasLtHandle_t handle, cublasLtMatmu
     lt->Adesc = Adesc, lt->Bdesc = Bdesc, lt->Cdesc = Cdesc, lt->Ddesc = Ddesc;
     lt->A = A, lt->B = B, lt->C = C, lt->D = D, lt->workspace_ptr = workspace;
     void *g = (void *)h3_get_cublasLtMatmulDescGetAttribute();
-    if (!h3_trace_on && !h3_match_wants_matmul(stream)) {
+    if (!h3_hot.trace_on && !h3_match_wants_matmul(stream)) {
         /* No one reads more than the pointers and the shape (the matcher's
          * look-alike count): 5 attribute reads instead of about 44, which
          * is most of the shim's time on a GEMM of another model. */
@@ -345,7 +345,7 @@ void h3_desc_lt_matmul(struct h3_call *c, cublasLtHandle_t handle, cublasLtMatmu
         lt->inner = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, 2);
         lt->cluster = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2);
     }
-    if (!h3_trace_on)
+    if (!h3_hot.trace_on)
         return;
     uint64_t h = h3_hash(H3_HASH_SEED, "cublasLtMatmul", 14);
     h = h3_hash(h, &lt->compute, offsetof(struct h3_lt_desc, bias));
@@ -368,7 +368,7 @@ void h3_desc_gemm(struct h3_call *c, cublasHandle_t handle, int ta, int tb, int6
         return;
     struct h3_gemm_desc *g = &c->u.gemm;
     *g = (struct h3_gemm_desc){A, B, C, ta, tb, at, bt, ct, compute, m, n, k, lda, ldb, ldc, batch};
-    if (!h3_trace_on) /* the fingerprint and device are for the trace; the matcher compares fields */
+    if (!h3_hot.trace_on) /* the fingerprint and device are for the trace; the matcher compares fields */
         return;
     uint64_t h = h3_hash(H3_HASH_SEED, h3_hooks[c->fn].name, strlen(h3_hooks[c->fn].name));
     c->fp = h3_hash(h, &g->transa, sizeof(*g) - offsetof(struct h3_gemm_desc, transa));
@@ -388,7 +388,7 @@ void h3_desc_cudnn_execute(struct h3_call *c, cudnnHandle_t handle, cudnnBackend
     memset(d, 0, sizeof(*d));
     d->plan = plan;
     d->known = h3_cudnn_pack_get(pack, d);
-    if (!h3_trace_on)
+    if (!h3_hot.trace_on)
         return;
     uint64_t h = h3_hash(H3_HASH_SEED, "cudnnBackendExecute", 19);
     c->fp = h3_hash(h, d->uids, (size_t)d->count * sizeof(int64_t));

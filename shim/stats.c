@@ -20,7 +20,6 @@ static atomic_ulong h3_stat_own_ns[H3_FN_COUNT];      /* the shim's own time, pe
 static atomic_ulong h3_stat_describe_ns[H3_FN_COUNT]; /* the part of it describing the call */
 static atomic_ulong h3_stat_part_ns[H3_PARTS];       /* the matcher's and the scans' parts */
 static atomic_ulong h3_stat_reads;                    /* the stats' own clock reads inside the parts */
-__attribute__((tls_model("initial-exec"))) _Thread_local uint64_t h3_stats_reads;
 static atomic_ulong h3_stat_one_off_ns[H3_ONE_OFF_KINDS], h3_stat_one_offs[H3_ONE_OFF_KINDS];
 static atomic_ulong h3_stat_errors[H3_FN_COUNT];
 /* The shim's own host time per call, in quarter-octave buckets: the mean
@@ -70,7 +69,7 @@ static struct h3_decision_count h3_decisions[H3_DECISION_SLOTS];
 
 void h3_stats_count(const struct h3_call *c)
 {
-    if (!h3_config.stats)
+    if (!h3_hot.stats)
         return;
     atomic_fetch_add_explicit(&h3_stat_calls[c->fn], 1, memory_order_relaxed);
     if (c->result != 0)
@@ -133,7 +132,7 @@ static double h3_clock_read_ns(void);
 H3_EXPORT int h3shim_host_time(unsigned long long *own_ns, unsigned long long *calls,
                                unsigned long long *issuing_ns)
 {
-    if (own_ns == NULL || calls == NULL || issuing_ns == NULL || h3_state_now() == 0 || !h3_config.stats)
+    if (own_ns == NULL || calls == NULL || issuing_ns == NULL || h3_state_now() == 0 || !h3_hot.stats)
         return -1;
     /* Less the stats' own clock reads inside the parts. */
     uint64_t own = atomic_load_explicit(&h3_stat_shim_ns, memory_order_relaxed),
@@ -269,7 +268,7 @@ void h3_stats_print(void)
             h3_stats_line("%12lu %.150s", r.rows[i].calls, r.rows[i].k->pretty);
         free(r.rows);
     }
-    if (h3_match_on) {
+    if (h3_hot.match_on) {
         h3_match_print_stats(h3_stats_line);
         h3_engine_print_stats(h3_stats_line);
     }

@@ -24,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-bool h3_trace_on;
 static int h3_trace_fd = -1;
 static pthread_mutex_t h3_trace_lock = PTHREAD_MUTEX_INITIALIZER;
 /* The process that wrote the opening bracket of a Chrome trace closes it. */
@@ -100,7 +99,7 @@ bool h3_trace_open(void)
         void *probe[1];
         h3_backtrace(probe, 1); /* Reports once now if libunwind is missing. */
     }
-    h3_trace_on = true;
+    h3_hot.trace_on = true;
     return true;
 }
 
@@ -108,12 +107,12 @@ void h3_trace_after_fork_child(void)
 {
     pthread_mutex_init(&h3_trace_lock, NULL);
     h3_tid_cache = 0;
-    if (!h3_trace_on || strstr(h3_config.trace_path, "%p") == NULL)
+    if (!h3_hot.trace_on || strstr(h3_config.trace_path, "%p") == NULL)
         return;
     close(h3_trace_fd);
     h3_trace_fd = h3_trace_open_fd();
     if (h3_trace_fd < 0) {
-        h3_trace_on = false;
+        h3_hot.trace_on = false;
         return;
     }
     h3_trace_bracket_pid = 0;
@@ -122,7 +121,7 @@ void h3_trace_after_fork_child(void)
 
 void h3_trace_close(void)
 {
-    if (!h3_trace_on)
+    if (!h3_hot.trace_on)
         return;
     if (h3_config.trace_format == H3_FORMAT_CHROME && h3_trace_bracket_pid == (int)getpid()) {
         char end[256];
@@ -347,7 +346,7 @@ static bool h3_trace_build(struct h3_buf *b, const struct h3_call *c, bool full,
     b->overflow = false;
     b->p[0] = '\0';
     if (h3_config.trace_format == H3_FORMAT_CHROME) {
-        const char *name = h3_hooks[c->fn].kind == H3_KIND_LAUNCH && c->kernel != NULL
+        const char *name = c->kind == H3_KIND_LAUNCH && c->kernel != NULL
                                ? c->kernel->pretty : h3_hooks[c->fn].name;
         char shortname[256];
         snprintf(shortname, sizeof(shortname), "%.*s", name_max < 200 ? name_max : 200, name);
