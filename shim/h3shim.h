@@ -244,21 +244,23 @@ static inline void *h3_real_fn(enum h3_fn fn)
 
 /* What the shim knows about one kernel, cached per handle for the process. */
 struct h3_kernel {
+    /* What a launch reads, in the entry's first cache line (it is 64-byte aligned). */
     const void *key;
-    const char *name;   /* as the driver returns it (mangled): what signatures match */
-    const char *pretty; /* demangled when a C++ runtime is loaded, else `name` */
     uint64_t name_hash; /* h3_hash of `name`, the start of a launch's fingerprint */
     uint32_t nparams;
     uint32_t param_bytes;
     uint16_t *param_sizes;
-    /* Finds the memory it writes through device memory, not its parameters
-     * (NCCL's kernels): the weight cache cannot tell what it writes. */
-    bool writes_unseen;
-    atomic_ulong calls; /* launches seen, counted only with H3SHIM_STATS */
     /* Bit s: its name is not signature s's first call's, so it cannot begin
      * an attempt (the matcher's, set at the first look; signatures are
      * loaded once and kept). */
     atomic_ullong not_first;
+    /* Finds the memory it writes through device memory, not its parameters
+     * (NCCL's kernels): the weight cache cannot tell what it writes. */
+    bool writes_unseen;
+    /* What traces and stats read. */
+    const char *name;   /* as the driver returns it (mangled): what signatures match */
+    const char *pretty; /* demangled when a C++ runtime is loaded, else `name` */
+    atomic_ulong calls; /* launches seen, counted only with H3SHIM_STATS */
     uint16_t sizes[];   /* param_sizes points here */
 };
 
@@ -315,6 +317,9 @@ struct h3_procaddr_desc {
 };
 
 /* One intercepted call. */
+/* The parts of an observed call the stats time apart (h3_stats_part_end). */
+enum h3_part { H3_PART_MATCH, H3_PART_SCAN, H3_PARTS };
+
 struct h3_call {
     enum h3_fn fn;
     uint8_t kind;     /* h3_hooks[fn].kind (an enum h3_kind), known to the wrapper */
@@ -326,6 +331,7 @@ struct h3_call {
     uint64_t t0_ns, t1_ns;
     uint64_t described_ns; /* with stats: when the call was described (before the engine saw it) */
     uint64_t mark_ns;      /* with stats: the end of the last part timed (h3_stats_part_end) */
+    uint64_t part_ns[H3_PARTS]; /* with stats: the parts' times so far */
     uint64_t stat_reads;   /* with stats: h3_thread.stats_reads when the call began */
     const void *stream;
     const void *handle; /* launches: the kernel handle or host stub as passed */
@@ -410,6 +416,7 @@ struct h3_sig_slot {
     int64_t uid;     /* cudnn: the variant pack's unique id */
     enum h3_ref_kind ref;
     uint32_t ref_call, ref_slot;
+    uint32_t ref_value; /* H3_REF_SLOT: that slot's index in an instance's values (h3_sig_index) */
     int64_t delta;
     bool dead;       /* first slot of a buffer nobody reads after the group */
 };
@@ -432,6 +439,7 @@ struct h3_sig_call {
     uint32_t nbytes;
     struct h3_sig_bytes *bytes;
     uint32_t nslots;
+    uint32_t value_base; /* its first slot's index in an instance's values: the slots before it */
     struct h3_sig_slot *slots;
     int64_t desc[H3_SIG_DESC_KEYS];
     uint64_t desc_present;
@@ -449,6 +457,7 @@ struct h3_sig {
     int sm_number;
     bool have_magic;
     uint32_t ncalls;
+    uint32_t nvalues; /* the slots of every call: an instance's values */
     struct h3_sig_call *calls;
     /* The calls' parameter sizes, compared bytes and slots, in call order in
      * one block (h3_sig_pack): what the matcher reads at a launch lies
@@ -837,7 +846,7 @@ void h3_stats_count(const struct h3_call *c);
  * forwarded, `forward_ns` spent in real calls the shim made meanwhile on the
  * application's behalf (h3_forward_begin/end). */
 void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, uint64_t forward_ns,
-                        uint64_t reads);
+                        uint64_t reads, const uint64_t part_ns[H3_PARTS]);
 /* With stats: the clock for the shim's timing of its own parts.  Each read
  * is counted on the thread, so that the stats can take the reads' own cost
  * out of the shim's time (the call's first and last reads, and those
@@ -848,9 +857,15 @@ static inline uint64_t h3_stats_clock(void)
     return h3_now_ns();
 }
 /* With stats: call c's part `part` ends now; it began where the last part
- * ended (c->mark_ns), so consecutive parts cost one clock read each. */
-enum h3_part { H3_PART_MATCH, H3_PART_SCAN, H3_PARTS };
-void h3_stats_part_end(struct h3_call *c, enum h3_part part);
+ * ended (c->mark_ns), so consecutive parts cost one clock read each.  Kept
+ * in the call, and added to the totals once it is decided, outside the time
+ * it counts. */
+static inline void h3_stats_part_end(struct h3_call *c, enum h3_part part)
+{
+    uint64_t now = h3_stats_clock();
+    c->part_ns[part] += now - c->mark_ns;
+    c->mark_ns = now;
+}
 /* With stats: one-off work inside the shim's own time, counted apart so
  * that the steady cost per call can be told from it. */
 enum h3_one_off { H3_ONE_OFF_KERNEL, H3_ONE_OFF_COPY, H3_ONE_OFF_MODULE, H3_ONE_OFF_KINDS };

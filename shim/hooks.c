@@ -57,7 +57,7 @@ static inline void h3_call_decided(struct h3_call *c)
     if (h3_hot.stats)
         h3_stats_shim_time(c->fn, h3_now_ns() - c->t0_ns - h3_thread.forward_ns,
                            c->described_ns != 0 ? c->described_ns - c->t0_ns : 0, h3_thread.forward_ns,
-                           h3_thread.stats_reads - c->stat_reads);
+                           h3_thread.stats_reads - c->stat_reads, c->part_ns);
 }
 
 /* The call is described: with stats, the time so far is the description's. */

@@ -23,8 +23,7 @@
 
 struct h3_match_progress {
     const struct h3_sig *sig;
-    uint32_t *base;   /* index of each call's first slot value in values[] */
-    uint64_t *values; /* pointer values of the current instance */
+    uint64_t *values; /* pointer values of the current instance (h3_sig_call.value_base) */
     const struct h3_kernel **kernels; /* per call: the last kernel found to have its name */
     uint32_t next;    /* index of the call expected next; 0: none started */
     const void *stream;
@@ -57,7 +56,6 @@ static void h3_matcher_free(void *arg)
     struct h3_matcher *m = arg;
     h3_thread.matcher = NULL; /* the destructor runs on the exiting thread */
     for (unsigned i = 0; m != NULL && i < m->nsigs; i++) {
-        free(m->p[i].base);
         free(m->p[i].values);
         free(m->p[i].kernels);
     }
@@ -79,24 +77,18 @@ static struct h3_matcher *h3_matcher_get(void)
     pthread_once(&h3_match_key_once, h3_match_key_make);
     if ((m = pthread_getspecific(h3_match_key)) != NULL)
         return h3_thread.matcher = m;
-    m = calloc(1, sizeof(*m));
+    m = aligned_alloc(64, (sizeof(*m) + 63) & ~(size_t)63); /* the count and the first progress in one line */
     if (m == NULL)
         return NULL;
+    memset(m, 0, sizeof(*m));
     unsigned n = h3_signatures_count();
     for (unsigned s = 0; s < n && s < H3_MATCH_MAX_SIGS; s++) {
         const struct h3_sig *sig = h3_signatures_get(s);
         struct h3_match_progress *p = &m->p[m->nsigs];
         p->sig = sig;
-        p->base = calloc(sig->ncalls, sizeof(uint32_t));
-        uint32_t total = 0;
-        for (uint32_t c = 0; p->base != NULL && c < sig->ncalls; c++) {
-            p->base[c] = total;
-            total += sig->calls[c].nslots;
-        }
-        p->values = calloc(total > 0 ? total : 1, sizeof(uint64_t));
+        p->values = calloc(sig->nvalues > 0 ? sig->nvalues : 1, sizeof(uint64_t));
         p->kernels = calloc(sig->ncalls, sizeof(*p->kernels));
-        if (p->base == NULL || p->values == NULL || p->kernels == NULL) {
-            free(p->base);
+        if (p->values == NULL || p->kernels == NULL) {
             free(p->values);
             free(p->kernels);
             continue;
@@ -113,7 +105,7 @@ static bool h3_match_ref(const struct h3_match_progress *p, const struct h3_sig_
     switch (s->ref) {
     case H3_REF_FIRST: return v != 0; /* recorded non-null in every instance */
     case H3_REF_NULL: return v == 0;
-    case H3_REF_SLOT: return v == p->values[p->base[s->ref_call] + s->ref_slot] + (uint64_t)s->delta;
+    case H3_REF_SLOT: return v == p->values[s->ref_value] + (uint64_t)s->delta;
     }
     return false;
 }
@@ -200,7 +192,7 @@ static const char *h3_match_one(struct h3_match_progress *p, uint32_t j, const s
     for (uint32_t i = 0; i < sc->nslots; i++)
         if (!h3_match_ref(p, &sc->slots[i], v[i]))
             return "wiring";
-    memcpy(&p->values[p->base[j]], v, sc->nslots * sizeof(uint64_t));
+    memcpy(&p->values[sc->value_base], v, sc->nslots * sizeof(uint64_t));
     return NULL;
 }
 

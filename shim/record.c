@@ -117,9 +117,11 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
         }
     }
     /* The sizes follow the entry in its allocation: a launch reads both. */
-    struct h3_kernel *k = calloc(1, sizeof(*k) + n * sizeof(uint16_t));
+    size_t bytes_all = (sizeof(struct h3_kernel) + n * sizeof(uint16_t) + 63) & ~(size_t)63;
+    struct h3_kernel *k = aligned_alloc(64, bytes_all);
     if (k == NULL)
         return NULL;
+    memset(k, 0, bytes_all);
     k->key = key;
     k->name = strdup(name != NULL ? name : "?");
     k->name_hash = k->name != NULL ? h3_hash(H3_HASH_SEED, k->name, strlen(k->name)) : H3_HASH_SEED;

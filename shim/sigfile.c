@@ -560,12 +560,20 @@ static void h3_sig_call_free_arrays(struct h3_sig_call *c)
 #define H3_PACK_ALIGN(n) (((n) + 7) & ~(size_t)7)
 
 /* What the matcher looks up without walking the calls: each kernel name's
- * hash and the GEMMs' shapes. */
+ * hash, the GEMMs' shapes, and where each slot's value and each reference's
+ * lie in an instance's values (references name earlier calls, checked when
+ * parsed). */
 static void h3_sig_index(struct h3_sig *s)
 {
     enum { M = 6, N = 7, K = 8 }; /* in h3_sig_desc_keys */
+    s->nvalues = 0;
     for (uint32_t i = 0; i < s->ncalls; i++) {
         struct h3_sig_call *c = &s->calls[i];
+        c->value_base = s->nvalues;
+        s->nvalues += c->nslots;
+        for (uint32_t k = 0; k < c->nslots; k++)
+            if (c->slots[k].ref == H3_REF_SLOT)
+                c->slots[k].ref_value = s->calls[c->slots[k].ref_call].value_base + c->slots[k].ref_slot;
         if (c->kernel != NULL)
             c->kernel_hash = h3_hash(H3_HASH_SEED, c->kernel, strlen(c->kernel));
         if (c->kind == H3_SIG_MATMUL && (c->desc_present >> M & 7) == 7 && s->nshapes < H3_SIG_SHAPES) {

@@ -96,8 +96,11 @@ void h3_stats_count(const struct h3_call *c)
 }
 
 void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, uint64_t forward_ns,
-                        uint64_t reads)
+                        uint64_t reads, const uint64_t part_ns[H3_PARTS])
 {
+    for (unsigned i = 0; i < H3_PARTS; i++)
+        if (part_ns[i] != 0)
+            atomic_fetch_add_explicit(&h3_stat_part_ns[i], part_ns[i], memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_reads, reads, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_own_ns[fn], own_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_describe_ns[fn], describe_ns, memory_order_relaxed);
@@ -105,13 +108,6 @@ void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, ui
     atomic_fetch_add_explicit(&h3_stat_forward_ns, forward_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_ns_hist[h3_ns_bucket(own_ns)], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_shim_calls, 1, memory_order_relaxed);
-}
-
-void h3_stats_part_end(struct h3_call *c, enum h3_part part)
-{
-    uint64_t now = h3_stats_clock();
-    atomic_fetch_add_explicit(&h3_stat_part_ns[part], now - c->mark_ns, memory_order_relaxed);
-    c->mark_ns = now;
 }
 
 void h3_stats_one_off(enum h3_one_off kind, uint64_t ns)
