@@ -70,10 +70,13 @@ def serve(latent, shim, env_add):
     return {"median_ms_per_request": doc["summary"]["median_ms"],
             **{k: s.get(k) for k in ("host_ns_per_call", "forward_ns_per_call", "host_ns_quantiles")},
             "stats_lines": [line for line in p.stderr.splitlines() if "shim host time" in line],
-            # The per-entry-point table: calls, errors, the shim's own ns per call.
-            "api_own_ns": [line.split("stats: ", 1)[1] for line in p.stderr.splitlines()
-                           if "stats: " in line and line.rstrip().split()[-1].isdigit() and
-                           len(line.split("stats: ", 1)[1].split()) == 4]}
+            "api_own_ns": api_own_ns(p.stderr)}
+
+
+def api_own_ns(stderr):
+    """The stats' per-entry-point table: calls, errors, the shim's own ns per call."""
+    return [line.split("stats: ", 1)[1] for line in stderr.splitlines()
+            if "stats: " in line and line.rstrip().split()[-1].isdigit() and len(line.split("stats: ", 1)[1].split()) == 4]
 
 
 def floor_run(shim):
@@ -97,6 +100,7 @@ def own_run(shim, latent):
                                "ops")}
     r["median_ms_per_request"] = json.loads(p.stdout)["summary"]["median_ms"]
     r["stats_lines"] = [line for line in p.stderr.splitlines() if "shim host time" in line]
+    r["api_own_ns"] = api_own_ns(p.stderr)
     per_call = s.get("host_ns_per_call_net", s.get("host_ns_per_call_steady"))
     if s.get("complete") and per_call is not None:
         # Every observed call is charged to the blocks, the few outside them too.
