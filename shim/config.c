@@ -132,6 +132,11 @@ int h3_config_load(char *const *envp)
         h3_config.trace_backtrace = 64;
         problems++;
     }
+    if (h3_config.lt_shadow > 2) {
+        h3_config_note("WH3SHIM_LT_SHADOW=%ld is not 0, 1 or 2; using 1", h3_config.lt_shadow);
+        h3_config.lt_shadow = 1;
+        problems++;
+    }
     for (char *const *e = envp; e != NULL && *e != NULL; e++) {
         if (strncmp(*e, "H3SHIM_", 7) != 0)
             continue;

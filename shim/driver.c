@@ -59,6 +59,8 @@ H3_NO_SANITIZE static enum h3_fn h3_driver_hook_named(const char *name)
 
 H3_NO_SANITIZE void *h3_driver_dlsym_answer(void *handle, const char *name)
 {
+    if (name != NULL && handle != RTLD_DEFAULT && strncmp(name, "cublasLt", 8) == 0)
+        h3_lt_note_lookup(name);
     enum h3_fn fn = h3_driver_hook_named(name);
     if (H3_LIKELY(fn == H3_FN_COUNT) || handle == RTLD_DEFAULT || handle == RTLD_NEXT)
         return NULL;

@@ -94,6 +94,7 @@ struct h3_config {
     const char *sm_allow;
     long engine_max_calls;
     long engine_max_bytes;
+    long lt_shadow;
     int debug_level;
     const char *debug_subsys;
     const char *debug_file;
@@ -173,6 +174,7 @@ struct h3_hot {
     atomic_uint wc_live; /* op_weight_cache.c, per copy: weight copies, for the "nothing cached" test */
     _Atomic uint64_t wc_lo, wc_hi; /* op_weight_cache.c, per copy: the bounds of their sources */
     atomic_uint captures_recording; /* graphs.c, per capture: captures begun and not ended */
+    atomic_uint lt_live; /* lt_shadow.c, per handle: cuBLASLt handles remembered */
 } __attribute__((aligned(64)));
 extern struct h3_hot h3_hot;
 struct h3_queue;
@@ -502,6 +504,8 @@ void h3_match_call(struct h3_call *c);
  * signature begins with one): only then does it need the call's full
  * description. */
 bool h3_match_wants_matmul(const void *stream);
+/* The same on any stream (a descriptor is built before its stream is known). */
+bool h3_match_wants_matmul_any(void);
 /* One stats line per signature: instances complete and broken. */
 void h3_match_print_stats(void (*line)(const char *fmt, ...));
 void h3_match_reset(void);
@@ -781,6 +785,32 @@ int h3_kernels_sm(void);
 
 
 
+/* ---- lt_shadow.c: cuBLASLt descriptors and layouts remembered as they are built ---- */
+
+/* A cuBLASLt attribute getter, as the three of them are typed but for the object. */
+typedef cublasStatus_t (*h3_lt_getter)(const void *obj, int attr, void *buf, size_t size, size_t *written);
+/* One integer attribute of `size` bytes read through `getter`, widened as
+ * h3_lt_widen does; -1 when it cannot be read. */
+int64_t h3_lt_int(void *getter, const void *obj, int attr, size_t size);
+/* A value of 2, 4 or 8 bytes, sign-extended. */
+int64_t h3_lt_widen(const void *buf, size_t size);
+void h3_lt_note_desc_create(const cublasLtMatmulDesc_t *desc, int compute, int scale);
+void h3_lt_note_layout_create(const cublasLtMatrixLayout_t *layout, int type, uint64_t rows, uint64_t cols, int64_t ld);
+void h3_lt_note_desc_set(cublasLtMatmulDesc_t desc, int attr, const void *buf, size_t size);
+void h3_lt_note_layout_set(cublasLtMatrixLayout_t layout, int attr, const void *buf, size_t size);
+/* A handle destroyed, or a buffer initialised as one (it is not remembered). */
+void h3_lt_note_gone(const void *handle);
+#define h3_lt_note_init(handle, size) h3_lt_note_gone(handle)
+/* Fills lt's descriptor and layout attributes (its handles set) and the
+ * algorithm's config: from what was remembered, else read. */
+void h3_lt_describe(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo);
+void h3_lt_print_stats(void (*line)(const char *fmt, ...));
+void h3_lt_after_fork_child(void);
+/* dlsym of a cuBLASLt function on a library handle: calls made through what
+ * it returns bypass the wrappers, so a descriptor function looked up that
+ * way turns the remembering off for good.  Safe before h3_init(). */
+void h3_lt_note_lookup(const char *name);
+
 /* ---- cudnn.c ---- */
 
 /* Remembers a variant pack's unique ids, data pointers or workspace as
@@ -870,6 +900,10 @@ static inline void h3_stats_part_end(struct h3_call *c, enum h3_part part)
  * that the steady cost per call can be told from it. */
 enum h3_one_off { H3_ONE_OFF_KERNEL, H3_ONE_OFF_COPY, H3_ONE_OFF_MODULE, H3_ONE_OFF_KINDS };
 void h3_stats_one_off(enum h3_one_off kind, uint64_t ns);
+/* With stats: one configuration call's own time (what the shim remembered
+ * of it, one clock read in it), counted in the shim's own time but not as
+ * an observed call. */
+void h3_stats_config_time(uint64_t ns);
 /* Exported: the shim's own host time, observed calls and time issuing for the
  * application so far (H3SHIM_STATS=1); 0, or -1 when not timed. */
 int h3shim_host_time(unsigned long long *own_ns, unsigned long long *calls, unsigned long long *issuing_ns);

@@ -299,16 +299,26 @@ void h3_match_interrupt(void)
     }
 }
 
-bool h3_match_wants_matmul(const void *stream)
+static bool h3_match_wants_matmul_on(const void *stream, bool any_stream)
 {
     struct h3_matcher *m = h3_matcher_get();
     for (unsigned s = 0; m != NULL && s < m->nsigs; s++) {
         const struct h3_match_progress *p = &m->p[s];
         if (p->sig->calls[0].kind == H3_SIG_MATMUL ||
-            (p->next > 0 && p->stream == stream && p->sig->calls[p->next].kind == H3_SIG_MATMUL))
+            (p->next > 0 && (any_stream || p->stream == stream) && p->sig->calls[p->next].kind == H3_SIG_MATMUL))
             return true;
     }
     return false;
+}
+
+bool h3_match_wants_matmul(const void *stream)
+{
+    return h3_match_wants_matmul_on(stream, false);
+}
+
+bool h3_match_wants_matmul_any(void)
+{
+    return h3_match_wants_matmul_on(NULL, true);
 }
 
 void h3_match_call(struct h3_call *c)

@@ -633,6 +633,18 @@ static bool h3_wcache_graphs_here(void)
     return false;
 }
 
+/* Points the GEMM's bias attribute at `bias`, and tells lt_shadow.c (the
+ * shim's own set goes to the real function, past the wrappers). */
+static cublasStatus_t h3_wc_set_bias(cublasLtMatmulDesc_t desc, const void *bias)
+{
+    __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
+    cublasStatus_t r = set != NULL ? set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias))
+                                   : CUBLAS_STATUS_NOT_INITIALIZED;
+    if (r == CUBLAS_STATUS_SUCCESS)
+        h3_lt_note_desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    return r;
+}
+
 /* Everything that can make the op fall back, before the group is issued:
  * the copies exist (made now if new) and the GEMM's bias attribute points
  * at the bias copy (it takes effect at the call; restored by run). */
@@ -660,7 +672,7 @@ static const char *h3_wc_check(const struct h3_op_range *r, const struct h3_defe
             return "capturing"; /* no copy made yet: the capture keeps the casts */
         if (h3_real_fn(H3_FN_cublasLtMatmul) == NULL || set == NULL)
             return "no_cublaslt";
-        if (set(anchor->u.lt.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS)
+        if (h3_wc_set_bias(anchor->u.lt.desc, bias) != CUBLAS_STATUS_SUCCESS)
             return "bias_attr";
         return NULL;
     }
@@ -673,7 +685,7 @@ static const char *h3_wc_check(const struct h3_op_range *r, const struct h3_defe
     pthread_mutex_unlock(&h3_wc.lock);
     if (eb == NULL)
         return why;
-    if (set(anchor->u.lt.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) != CUBLAS_STATUS_SUCCESS)
+    if (h3_wc_set_bias(anchor->u.lt.desc, bias) != CUBLAS_STATUS_SUCCESS)
         return "bias_attr";
     return NULL;
 }
@@ -715,7 +727,7 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
          * caller then makes must read its own bias again. */
         const void *orig = anchor->u.lt.bias;
         if (set != NULL)
-            set(anchor->u.lt.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &orig, sizeof(orig));
+            h3_wc_set_bias(anchor->u.lt.desc, orig);
         return why != NULL ? why : "no_cublaslt";
     }
     struct h3_wc_entry *e[2] = {ew, eb};
@@ -740,7 +752,7 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
                                lt->Bdesc, lt->beta, lt->C, lt->Cdesc, (void *)(uintptr_t)lt->D, lt->Ddesc, lt->algo,
                                (void *)(uintptr_t)lt->workspace_ptr, lt->workspace, (cudaStream_t)(uintptr_t)x.stream);
     h3_forward_end(t0);
-    set(lt->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &orig, sizeof(orig));
+    h3_wc_set_bias(lt->desc, orig);
     anchor->result = st;
     return NULL;
 }

@@ -257,37 +257,6 @@ void h3_desc_drv_launch_ex(struct h3_call *c, const CUlaunchConfig *config, CUfu
                    config->sharedMemBytes, config->hStream, params, extra);
 }
 
-/* Reads one integer attribute of `size` bytes through a cuBLASLt getter;
- * -1 when it cannot be read. */
-typedef cublasStatus_t (*h3_lt_getter)(const void *obj, int attr, void *buf, size_t size, size_t *written);
-
-static int64_t h3_lt_int(void *getter, const void *obj, int attr, size_t size)
-{
-    if (getter == NULL || obj == NULL)
-        return -1;
-    uint64_t v = 0;
-    size_t written = 0;
-    if (((h3_lt_getter)getter)(obj, attr, &v, size, &written) != CUBLAS_STATUS_SUCCESS)
-        return -1;
-    switch (size) {
-    case 2: return (int16_t)v;
-    case 4: return (int32_t)v;
-    default: return (int64_t)v;
-    }
-}
-
-static void h3_lt_layout(struct h3_lt_layout *l, cublasLtMatrixLayout_t desc)
-{
-    void *g = (void *)h3_get_cublasLtMatrixLayoutGetAttribute();
-    l->type = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_TYPE, 4);
-    l->order = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_ORDER, 4);
-    l->rows = (uint64_t)h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_ROWS, 8);
-    l->cols = (uint64_t)h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_COLS, 8);
-    l->ld = h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_LD, 8);
-    l->batch = h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 4);
-    l->stride = h3_lt_int(g, desc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 8);
-}
-
 void h3_desc_lt_matmul(struct h3_call *c, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void *alpha,
                        const void *A, cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
                        const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
@@ -302,11 +271,11 @@ void h3_desc_lt_matmul(struct h3_call *c, cublasLtHandle_t handle, cublasLtMatmu
     lt->handle = handle, lt->desc = desc, lt->alpha = alpha, lt->beta = beta, lt->algo = algo;
     lt->Adesc = Adesc, lt->Bdesc = Bdesc, lt->Cdesc = Cdesc, lt->Ddesc = Ddesc;
     lt->A = A, lt->B = B, lt->C = C, lt->D = D, lt->workspace_ptr = workspace;
-    void *g = (void *)h3_get_cublasLtMatmulDescGetAttribute();
     if (!h3_hot.trace_on && !h3_match_wants_matmul(stream)) {
         /* No one reads more than the pointers and the shape (the matcher's
          * look-alike count): 5 attribute reads instead of about 44, which
          * is most of the shim's time on a GEMM of another model. */
+        void *g = (void *)h3_get_cublasLtMatmulDescGetAttribute();
         void *gl = (void *)h3_get_cublasLtMatrixLayoutGetAttribute();
         lt->transa = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_TRANSA, 4);
         lt->m = h3_lt_int(gl, Ddesc, CUBLASLT_MATRIX_LAYOUT_ROWS, 8);
@@ -317,36 +286,11 @@ void h3_desc_lt_matmul(struct h3_call *c, cublasLtHandle_t handle, cublasLtMatmu
         h3_call_device(c);
         return;
     }
-    lt->compute = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, 4);
-    lt->scale = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_SCALE_TYPE, 4);
-    lt->transa = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_TRANSA, 4);
-    lt->transb = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_TRANSB, 4);
-    lt->epilogue = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_EPILOGUE, 4);
-    lt->bias_type = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, 4);
-    lt->bias = (const void *)(uintptr_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, sizeof(void *));
-    if (lt->bias == (const void *)(uintptr_t)-1)
-        lt->bias = NULL;
-    h3_lt_layout(&lt->a, Adesc);
-    h3_lt_layout(&lt->b, Bdesc);
-    h3_lt_layout(&lt->c, Cdesc);
-    h3_lt_layout(&lt->d, Ddesc);
+    h3_lt_describe(lt, algo); /* remembered descriptors (lt_shadow.c), else read */
     lt->m = (int64_t)lt->d.rows;
     lt->n = (int64_t)lt->d.cols;
     lt->k = (int64_t)(lt->transa == CUBLAS_OP_N ? lt->a.cols : lt->a.rows);
     lt->workspace = workspace_size;
-    if (algo != NULL) {
-        void *ga = (void *)h3_get_cublasLtMatmulAlgoConfigGetAttribute();
-        lt->have_algo = true;
-        lt->algo_id = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_ID, 4);
-        lt->tile = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_TILE_ID, 4);
-        lt->stages = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, 4);
-        lt->splitk = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 4);
-        lt->reduction = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, 4);
-        lt->swizzle = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, 4);
-        lt->custom = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, 4);
-        lt->inner = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, 2);
-        lt->cluster = (int32_t)h3_lt_int(ga, algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2);
-    }
     if (!h3_hot.trace_on)
         return;
     uint64_t h = h3_hash(H3_HASH_SEED, "cublasLtMatmul", 14);

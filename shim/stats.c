@@ -20,6 +20,7 @@ static atomic_ulong h3_stat_own_ns[H3_FN_COUNT];      /* the shim's own time, pe
 static atomic_ulong h3_stat_describe_ns[H3_FN_COUNT]; /* the part of it describing the call */
 static atomic_ulong h3_stat_part_ns[H3_PARTS];       /* the matcher's and the scans' parts */
 static atomic_ulong h3_stat_reads;                    /* the stats' own clock reads inside the parts */
+static atomic_ulong h3_stat_config_ns, h3_stat_configs; /* configuration calls' own time (in h3_stat_shim_ns) */
 static atomic_ulong h3_stat_one_off_ns[H3_ONE_OFF_KINDS], h3_stat_one_offs[H3_ONE_OFF_KINDS];
 static atomic_ulong h3_stat_errors[H3_FN_COUNT];
 /* The shim's own host time per call, in quarter-octave buckets: the mean
@@ -110,6 +111,14 @@ void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, ui
     atomic_fetch_add_explicit(&h3_stat_shim_calls, 1, memory_order_relaxed);
 }
 
+void h3_stats_config_time(uint64_t ns)
+{
+    atomic_fetch_add_explicit(&h3_stat_reads, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h3_stat_config_ns, ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h3_stat_configs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h3_stat_shim_ns, ns, memory_order_relaxed);
+}
+
 void h3_stats_one_off(enum h3_one_off kind, uint64_t ns)
 {
     atomic_fetch_add_explicit(&h3_stat_one_off_ns[kind], ns, memory_order_relaxed);
@@ -175,6 +184,8 @@ void h3_stats_reset(void)
         atomic_store(&h3_stat_describe_ns[i], 0);
         if (i < H3_PARTS)
             atomic_store(&h3_stat_part_ns[i], 0);
+        atomic_store(&h3_stat_config_ns, 0);
+        atomic_store(&h3_stat_configs, 0);
         atomic_store(&h3_stat_reads, 0);
         if (i < H3_ONE_OFF_KINDS) {
             atomic_store(&h3_stat_one_off_ns[i], 0);
@@ -267,6 +278,7 @@ void h3_stats_print(void)
     if (h3_hot.match_on) {
         h3_match_print_stats(h3_stats_line);
         h3_engine_print_stats(h3_stats_line);
+        h3_lt_print_stats(h3_stats_line);
     }
     unsigned long shim_calls = atomic_load(&h3_stat_shim_calls);
     if (shim_calls != 0)
@@ -280,12 +292,14 @@ void h3_stats_print(void)
                  scan = atomic_load(&h3_stat_part_ns[H3_PART_SCAN]), ops = h3_ops_own_ns();
         for (unsigned i = 0; i < H3_FN_COUNT; i++)
             describe += atomic_load(&h3_stat_describe_ns[i]);
-        uint64_t own = atomic_load(&h3_stat_shim_ns), parts = describe + match + scan + ops;
+        uint64_t config = atomic_load(&h3_stat_config_ns);
+        uint64_t own = atomic_load(&h3_stat_shim_ns), parts = describe + match + scan + ops + config;
         double per = 1.0 / (double)shim_calls;
         h3_stats_line("shim host time per call, its own, by part: describing %.0f ns, matching %.0f ns, "
-                      "weight_cache's scans %.0f ns, ops' checks and runs %.0f ns, the rest (call record, "
-                      "engine's queue) %.0f ns",
+                      "weight_cache's scans %.0f ns, ops' checks and runs %.0f ns, configuration calls (%lu, "
+                      "not counted as calls) %.0f ns, the rest (call record, engine's queue) %.0f ns",
                       (double)describe * per, (double)match * per, (double)scan * per, (double)ops * per,
+                      atomic_load(&h3_stat_configs), (double)config * per,
                       own > parts ? (double)(own - parts) * per : 0.0);
         uint64_t kernels_ns = atomic_load(&h3_stat_one_off_ns[H3_ONE_OFF_KERNEL]),
                  copies_ns = atomic_load(&h3_stat_one_off_ns[H3_ONE_OFF_COPY]),

@@ -4,18 +4,20 @@
  * its kernel through the driver (found with dlsym on a libcuda handle).
  */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "nvapi.h"
 #include "attrs.h"
 #include "fake.h"
 
-FAKE_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
-                                                    cudaDataType_t scale)
+/* A fresh descriptor, as NVIDIA's: compute and scale types as given, no
+ * transposes, the default epilogue; bias type and pointer unset (their
+ * reads fail). */
+static cublasStatus_t fake_desc_init(struct fake_attrs *a, cublasComputeType_t compute, cudaDataType_t scale)
 {
-    struct fake_attrs *a = calloc(1, sizeof(*a));
-    if (a == NULL)
-        return CUBLAS_STATUS_ALLOC_FAILED;
+    memset(a, 0, sizeof(*a));
     a->magic = FAKE_ATTRS_MAGIC;
     int32_t c = compute, s = scale, zero = 0;
     uint32_t epi = CUBLASLT_EPILOGUE_DEFAULT;
@@ -24,35 +26,14 @@ FAKE_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cub
     fake_attrs_set(a, CUBLASLT_MATMUL_DESC_TRANSA, &zero, 4);
     fake_attrs_set(a, CUBLASLT_MATMUL_DESC_TRANSB, &zero, 4);
     fake_attrs_set(a, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, 4);
-    *d = (cublasLtMatmulDesc_t)a;
     return CUBLAS_STATUS_SUCCESS;
 }
 
-FAKE_EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
-                                                          const void *buf, size_t size)
+/* A fresh layout: column order, one matrix. */
+static cublasStatus_t fake_layout_init(struct fake_attrs *a, cudaDataType type, uint64_t rows, uint64_t cols,
+                                       int64_t ld)
 {
-    return fake_attrs_set((struct fake_attrs *)d, attr, buf, size) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
-}
-
-FAKE_EXPORT cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
-                                                          void *buf, size_t size, size_t *written)
-{
-    return fake_attrs_get((struct fake_attrs *)d, attr, buf, size, written) ? CUBLAS_STATUS_SUCCESS
-                                                                            : CUBLAS_STATUS_INVALID_VALUE;
-}
-
-FAKE_EXPORT cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
-{
-    free(d);
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-FAKE_EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows,
-                                                      uint64_t cols, int64_t ld)
-{
-    struct fake_attrs *a = calloc(1, sizeof(*a));
-    if (a == NULL)
-        return CUBLAS_STATUS_ALLOC_FAILED;
+    memset(a, 0, sizeof(*a));
     a->magic = FAKE_ATTRS_MAGIC;
     uint32_t t = (uint32_t)type;
     int32_t order = CUBLASLT_ORDER_COL, batch = 1;
@@ -64,8 +45,14 @@ FAKE_EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l,
     fake_attrs_set(a, CUBLASLT_MATRIX_LAYOUT_LD, &ld, 8);
     fake_attrs_set(a, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4);
     fake_attrs_set(a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, 8);
-    *l = (cublasLtMatrixLayout_t)a;
     return CUBLAS_STATUS_SUCCESS;
+}
+
+FAKE_EXPORT cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                                          void *buf, size_t size, size_t *written)
+{
+    return fake_attrs_get((struct fake_attrs *)d, attr, buf, size, written) ? CUBLAS_STATUS_SUCCESS
+                                                                            : CUBLAS_STATUS_INVALID_VALUE;
 }
 
 FAKE_EXPORT cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr,
@@ -73,12 +60,6 @@ FAKE_EXPORT cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout
 {
     return fake_attrs_get((struct fake_attrs *)l, attr, buf, size, written) ? CUBLAS_STATUS_SUCCESS
                                                                             : CUBLAS_STATUS_INVALID_VALUE;
-}
-
-FAKE_EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
-{
-    free(l);
-    return CUBLAS_STATUS_SUCCESS;
 }
 
 /* An algorithm keeps its config values in data[attr]; sizes as NVIDIA's. */
@@ -117,10 +98,78 @@ static void lt_kernel_fn(void **params)
 }
 static struct fake_kernel lt_kernel;
 
+/* Descriptors and layouts come from a pool, so that a test's made and never
+ * destroyed handles are no leak; a freed handle is the next one made (as
+ * malloc tends to: the shim must not mistake it for the old one). */
+#define FAKE_HANDLES 256
+static struct fake_attrs fake_handles[FAKE_HANDLES];
+static bool fake_handle_used[FAKE_HANDLES];
+static pthread_mutex_t fake_handles_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct fake_attrs *fake_handle_new(void)
+{
+    struct fake_attrs *a = NULL;
+    pthread_mutex_lock(&fake_handles_lock);
+    for (int i = 0; i < FAKE_HANDLES && a == NULL; i++)
+        if (!fake_handle_used[i])
+            fake_handle_used[i] = true, a = &fake_handles[i];
+    pthread_mutex_unlock(&fake_handles_lock);
+    return a;
+}
+
+static void fake_handle_free(void *p)
+{
+    pthread_mutex_lock(&fake_handles_lock);
+    for (int i = 0; i < FAKE_HANDLES; i++)
+        if (p == &fake_handles[i])
+            fake_handle_used[i] = false, memset(&fake_handles[i], 0, sizeof(fake_handles[i]));
+    pthread_mutex_unlock(&fake_handles_lock);
+}
+
+/* The descriptor and layout entry points (interposed: hooks.def's CONFIG rows). */
+static long long fake_behave_desc(const char *fn, void **argp)
+{
+#define ARG(i, type) (*(type *)argp[i])
+    if (strcmp(fn, "cublasLtMatmulDescCreate") == 0 || strcmp(fn, "cublasLtMatrixLayoutCreate") == 0) {
+        if (ARG(0, void *) == NULL)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        struct fake_attrs *a = fake_handle_new();
+        if (a == NULL)
+            return CUBLAS_STATUS_ALLOC_FAILED;
+        if (strcmp(fn, "cublasLtMatmulDescCreate") == 0) {
+            fake_desc_init(a, ARG(1, cublasComputeType_t), ARG(2, cudaDataType_t));
+            *ARG(0, cublasLtMatmulDesc_t *) = (cublasLtMatmulDesc_t)a;
+        } else {
+            fake_layout_init(a, ARG(1, cudaDataType), ARG(2, uint64_t), ARG(3, uint64_t), ARG(4, int64_t));
+            *ARG(0, cublasLtMatrixLayout_t *) = (cublasLtMatrixLayout_t)a;
+        }
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (strcmp(fn, "cublasLtMatmulDescInit_internal") == 0)
+        return ARG(0, void *) == NULL || ARG(1, size_t) < sizeof(struct fake_attrs)
+                   ? CUBLAS_STATUS_INVALID_VALUE
+                   : fake_desc_init(ARG(0, void *), ARG(2, cublasComputeType_t), ARG(3, cudaDataType_t));
+    if (strcmp(fn, "cublasLtMatrixLayoutInit_internal") == 0)
+        return ARG(0, void *) == NULL || ARG(1, size_t) < sizeof(struct fake_attrs)
+                   ? CUBLAS_STATUS_INVALID_VALUE
+                   : fake_layout_init(ARG(0, void *), ARG(2, cudaDataType), ARG(3, uint64_t), ARG(4, uint64_t),
+                                      ARG(5, int64_t));
+    if (strcmp(fn, "cublasLtMatmulDescSetAttribute") == 0 || strcmp(fn, "cublasLtMatrixLayoutSetAttribute") == 0)
+        return fake_attrs_set(ARG(0, struct fake_attrs *), ARG(1, int), ARG(2, const void *), ARG(3, size_t))
+                   ? CUBLAS_STATUS_SUCCESS
+                   : CUBLAS_STATUS_INVALID_VALUE;
+    if (strcmp(fn, "cublasLtMatmulDescDestroy") == 0 || strcmp(fn, "cublasLtMatrixLayoutDestroy") == 0) {
+        fake_handle_free(ARG(0, void *));
+        return CUBLAS_STATUS_SUCCESS;
+    }
+#undef ARG
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
 static long long fake_behave(const char *fn, void **argp)
 {
     if (strcmp(fn, "cublasLtMatmul") != 0)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
+        return fake_behave_desc(fn, argp);
     /* What the GEMM reads as A and bias (the bias is a descriptor attribute),
      * logged as an entry "lt_operands". */
     uint64_t operands[2] = {(uint64_t)(uintptr_t)*(const void **)argp[3], 0};

@@ -9,6 +9,7 @@
  * recorded, and the call is made.  Tests compare the words sent with the
  * words the fake library received.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -50,6 +51,9 @@ struct fw_objects {
     void *proc;
     CUdriverProcAddressQueryResult proc_status;
     cublasLtMatmulDesc_t lt_desc;
+    cublasLtMatmulDesc_t lt_made;          /* what the descriptor entry points make... */
+    cublasLtMatrixLayout_t lt_made_layout;
+    struct fake_attrs lt_init;             /* ... and initialise */
     cublasLtMatrixLayout_t lt_layout[4];
     cublasLtMatmulAlgo_t lt_algo;
     cublasHandle_t blas;
@@ -167,6 +171,18 @@ static void fw_objects_make(uint64_t seed)
 #define h3_cudnn_note_set(desc, attr, type, count, elements)                                       \
     (desc = fw_obj.pack, attr = CUDNN_ATTR_VARIANT_PACK_WORKSPACE, type = CUDNN_TYPE_VOID_PTR, count = 1, \
      elements = &fw_obj.workspace)
+
+/* Descriptors are made and given back with NULL handles (the fakes fail
+ * them, so nothing leaks); a set changes only an attribute nobody reads. */
+static const int32_t fw_lt_zero[2];
+#define h3_lt_note_desc_create(desc, compute, scale) (desc = &fw_obj.lt_made)
+#define h3_lt_note_layout_create(layout, type, rows, cols, ld) (layout = &fw_obj.lt_made_layout)
+#define h3_lt_note_desc_set(desc, attr, buf, size)                                              \
+    (desc = fw_obj.lt_desc, attr = CUBLASLT_MATMUL_DESC_POINTER_MODE, buf = fw_lt_zero, size = 4)
+#define h3_lt_note_layout_set(layout, attr, buf, size)                                              \
+    (layout = fw_obj.lt_layout[0], attr = CUBLASLT_MATRIX_LAYOUT_PLANE_OFFSET, buf = fw_lt_zero, size = 8)
+#define h3_lt_note_gone(handle) (handle = NULL)
+#define h3_lt_note_init(handle, size) (handle = (void *)&fw_obj.lt_init, size = sizeof(fw_obj.lt_init))
 
 #define FW_UNPAREN(...) __VA_ARGS__
 #define FW_DECL(i, decl) decl;
@@ -321,10 +337,21 @@ static void *fw_ptr(const char *s)
     return (void *)(uintptr_t)strtoull(s, NULL, 16);
 }
 
+/* Test knobs, read once: FW_LT_BEHIND=1 flips each GEMM's transb past the
+ * wrappers (as a program whose descriptor calls the shim cannot see);
+ * FW_LT_DLSYM=1 first looks a descriptor function up on cuBLASLt's handle. */
+static int fw_lt_behind = -1;
+
 static long long fw_replay_matmul(char **tok, int n, uintptr_t stream)
 {
     if (n != 14 + 4 * 7 + 9)
         return -1;
+    if (fw_lt_behind < 0) {
+        fw_lt_behind = getenv("FW_LT_BEHIND") != NULL;
+        void *lt = getenv("FW_LT_DLSYM") != NULL ? dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_NOLOAD) : NULL;
+        if (lt != NULL && dlsym(lt, "cublasLtMatmulDescSetAttribute") == NULL)
+            return -1;
+    }
     cublasLtMatmulDesc_t desc;
     cublasLtMatmulDescCreate(&desc, (cublasComputeType_t)atoi(tok[2]), (cudaDataType_t)atoi(tok[3]));
     int32_t ta = atoi(tok[4]), tb = atoi(tok[5]);
@@ -334,17 +361,24 @@ static long long fw_replay_matmul(char **tok, int n, uintptr_t stream)
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, 4);
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, 4);
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (fw_lt_behind) {
+        int32_t flipped = tb ^ 1;
+        fake_attrs_set((struct fake_attrs *)desc, CUBLASLT_MATMUL_DESC_TRANSB, &flipped, 4);
+    }
     cublasLtMatrixLayout_t layout[4];
     for (int i = 0; i < 4; i++) {
         char **l = tok + 14 + 7 * i;
         cublasLtMatrixLayoutCreate(&layout[i], (cudaDataType)atoi(l[0]), strtoull(l[2], NULL, 10),
                                    strtoull(l[3], NULL, 10), strtoll(l[4], NULL, 10));
-        struct fake_attrs *a = (struct fake_attrs *)layout[i];
+        /* As PyTorch: set only what differs from a fresh layout (batched GEMMs). */
         int32_t order = atoi(l[1]), batch = atoi(l[5]);
         int64_t stride = strtoll(l[6], NULL, 10);
-        fake_attrs_set(a, CUBLASLT_MATRIX_LAYOUT_ORDER, &order, 4);
-        fake_attrs_set(a, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4);
-        fake_attrs_set(a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, 8);
+        if (order != CUBLASLT_ORDER_COL)
+            cublasLtMatrixLayoutSetAttribute(layout[i], CUBLASLT_MATRIX_LAYOUT_ORDER, &order, 4);
+        if (batch != 1)
+            cublasLtMatrixLayoutSetAttribute(layout[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, 4);
+        if (stride != 0)
+            cublasLtMatrixLayoutSetAttribute(layout[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, 8);
     }
     cublasLtMatmulAlgo_t algo;
     memset(&algo, 0, sizeof(algo));

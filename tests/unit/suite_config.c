@@ -26,6 +26,7 @@ START_TEST(bad_values_warn_and_use_defaults)
     setenv("H3SHIM_DEBUG", "LOUD", 1);
     setenv("H3SHIM_TRACE_FORMAT", "xml", 1);
     setenv("H3SHIM_TRACEE", "/tmp/x", 1);
+    setenv("H3SHIM_LT_SHADOW", "7", 1);
     char *err = stderr_of_calls();
     static const char *const expected[] = {
         "invalid value 'maybe' for H3SHIM_STATS; using default 0",
@@ -33,11 +34,12 @@ START_TEST(bad_values_warn_and_use_defaults)
         "invalid value 'LOUD' for H3SHIM_DEBUG; using default WARN",
         "invalid value 'xml' for H3SHIM_TRACE_FORMAT; using default jsonl",
         "unknown variable H3SHIM_TRACEE is ignored",
+        "H3SHIM_LT_SHADOW=7 is not 0, 1 or 2; using 1",
     };
     for (size_t i = 0; i < sizeof(expected) / sizeof(expected[0]); i++)
         ck_assert_msg(strstr(err, expected[i]) != NULL, "missing '%s' in: %s", expected[i], err);
     /* Each cause once, each line prefixed. */
-    ck_assert_uint_eq(t_count_lines(err), 5);
+    ck_assert_uint_eq(t_count_lines(err), 6);
     for (char *l = err; *l != '\0'; l = strchr(l, '\n') + 1)
         ck_assert(strncmp(l, "h3shim: ", 8) == 0);
     free(err);

@@ -42,8 +42,9 @@ static struct {
  * by name (their descriptors are made per call), anything else with its
  * arguments.  The entry points' own launch records are left out (the
  * argument array a held-back launch passes is a copy), and so are lookups
- * (cuGetProcAddress): they are queries, which never flush, so they may come
- * before launches held back earlier. */
+ * (cuGetProcAddress) and cuBLASLt descriptors being built or set (the shim
+ * sets the bias of a GEMM it makes on weight copies): they submit nothing,
+ * never flush, and so may come before launches held back earlier. */
 static void write_log(const char *path)
 {
     FILE *f = fopen(path, "w");
@@ -52,6 +53,7 @@ static void write_log(const char *path)
     for (size_t i = 0; fakelog_get(i, &e); i++) {
         if (strncmp(e.fn, "__cudaLaunchKernel", 18) == 0 || strncmp(e.fn, "cudaLaunchKernel", 16) == 0 ||
             strncmp(e.fn, "cuLaunchKernel", 14) == 0 || strncmp(e.fn, "cuGetProcAddress", 16) == 0 ||
+            strncmp(e.fn, "cublasLtMatmulDesc", 18) == 0 || strncmp(e.fn, "cublasLtMatrixLayout", 20) == 0 ||
             (strcmp(e.fn, "cuStreamIsCapturing") == 0 && getenv("T_LOG_CAPTURE_QUERIES") == NULL))
             continue;
         fprintf(f, "%s", e.fn);
@@ -1063,6 +1065,83 @@ static size_t distinct_words(const char *log, const char *prefix, int word, uint
     return n;
 }
 
+/* The block's GEMMs are described from the descriptors and layouts seen
+ * being built, with no attribute read, and the shim decides exactly as it
+ * does reading them: the same calls run, the same ops. */
+START_TEST(lt_shadow_describes_block_gemms_as_reads_do)
+{
+    static const char *const off[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LT_SHADOW=0", NULL};
+    static const char *const on[] = {"H3SHIM_OP_WEIGHT_CACHE=1", NULL};
+    static const char *const both[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LT_SHADOW=2", NULL};
+    char *stats_off, *stats_on, *stats_both;
+    char *log_off = replay_with("lt-off", off, &stats_off);
+    char *log_on = replay_with("lt-on", on, &stats_on);
+    char *log_both = replay_with("lt-both", both, &stats_both);
+    char want[160];
+    snprintf(want, sizeof(want), "lt_shadow: %d GEMMs described from remembered descriptors, 0 read in full, %d handles",
+             4 * T_INSTANCES, 5 * 4 * T_INSTANCES);
+    ck_assert_msg(strstr(stats_on, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats_on));
+    ck_assert_msg(strstr(stats_both, "0 differences (H3SHIM_LT_SHADOW=2)") != NULL, "%s", tail_of(stats_both));
+    snprintf(want, sizeof(want), "lt_shadow: 0 GEMMs described from remembered descriptors, %d read in full, 0 handles",
+             4 * T_INSTANCES);
+    ck_assert_msg(strstr(stats_off, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats_off));
+    /* (The copies' addresses come from the fakes' heap, so the logs differ
+     * in them: what ran is compared by count.) */
+    const char *ops = "op weight_cache 36 groups run (108 calls)";
+    ck_assert_msg(strstr(stats_off, ops) != NULL && strstr(stats_on, ops) != NULL && strstr(stats_both, ops) != NULL,
+                  "%s", tail_of(stats_on));
+    snprintf(want, sizeof(want), "minimax-h3-vae-decoder/block: %d complete, 0 broken", T_INSTANCES);
+    ck_assert_msg(strstr(stats_off, want) != NULL && strstr(stats_on, want) != NULL && strstr(stats_both, want) != NULL,
+                  "%s", tail_of(stats_on));
+    ck_assert_uint_eq(count_lines_starting(log_on, "exec "), count_lines_starting(log_off, "exec "));
+    ck_assert_uint_eq(count_lines_starting(log_both, "exec "), count_lines_starting(log_off, "exec "));
+    free(stats_off), free(stats_on), free(stats_both);
+    free(log_off), free(log_on), free(log_both);
+}
+END_TEST
+
+/* A descriptor changed past the wrappers: H3SHIM_LT_SHADOW=2 says so, and
+ * what it read is what the matcher compares (the flipped transposes match
+ * no block). */
+START_TEST(lt_shadow_check_finds_a_change_past_the_wrappers)
+{
+    static const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LT_SHADOW=2", "FW_LT_BEHIND=1", NULL};
+    char *stats;
+    char *log = replay_with("lt-behind", env, &stats);
+    ck_assert_msg(strstr(stats, "a GEMM's remembered descriptor differs from its attributes read back") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 0 complete") != NULL, "%s", tail_of(stats));
+    /* Every GEMM compared (each attempt's first, where it breaks) differed. */
+    long compared = stat_after(stats, "lt_shadow: "), differences = -1;
+    const char *d = strstr(stats, " differences (H3SHIM_LT_SHADOW=2)");
+    while (d != NULL && d > stats && d[-1] >= '0' && d[-1] <= '9')
+        d--;
+    if (d != NULL)
+        differences = strtol(d, NULL, 10);
+    ck_assert_int_eq(compared, T_INSTANCES);
+    ck_assert_int_eq(differences, compared);
+    free(stats);
+    free(log);
+}
+END_TEST
+
+/* A descriptor function looked up on cuBLASLt's handle may be called past
+ * the wrappers: from then on every GEMM is read in full. */
+START_TEST(lt_shadow_off_after_a_dlsym_of_descriptor_functions)
+{
+    static const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FW_LT_DLSYM=1", NULL};
+    char *stats;
+    char *log = replay_with("lt-dlsym", env, &stats);
+    char want[128];
+    snprintf(want, sizeof(want), "lt_shadow: 0 GEMMs described from remembered descriptors, %d read in full",
+             4 * T_INSTANCES);
+    ck_assert_msg(strstr(stats, want) != NULL, "expected '%s' in\n%s", want, tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
+    free(stats);
+    free(log);
+}
+END_TEST
+
 START_TEST(weight_cache_casts_each_weight_once)
 {
     char *base = replay_with("base", t_disabled, NULL);
@@ -1519,6 +1598,9 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, swiglu_never_loads_its_kernels_during_capture);
     tcase_add_test(ops, every_fallback_reason_is_reachable);
     tcase_add_test(ops, weight_cache_casts_each_weight_once);
+    tcase_add_test(ops, lt_shadow_describes_block_gemms_as_reads_do);
+    tcase_add_test(ops, lt_shadow_check_finds_a_change_past_the_wrappers);
+    tcase_add_test(ops, lt_shadow_off_after_a_dlsym_of_descriptor_functions);
     tcase_add_test(ops, weight_cache_drops_a_copy_whose_source_is_written);
     tcase_add_test(ops, weight_cache_falls_back_exactly);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_launch_may_write);
