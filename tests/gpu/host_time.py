@@ -51,6 +51,9 @@ def clock():
     return {"clocksource": source, "python_perf_counter_ns_per_read": (time.perf_counter_ns() - t0) / n}
 
 
+PIN = []  # --pin: taskset's prefix for every child
+
+
 def child_env(shim, stats):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     if shim:
@@ -81,7 +84,7 @@ def api_own_ns(stderr):
 
 def floor_run(shim):
     """One `serve.py --floor` process: PyTorch's host dispatch cost per block (plus the shim's, with one)."""
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "serve.py"), "--floor", "--json"],
+    p = subprocess.run(PIN + [sys.executable, os.path.join(ROOT, "scripts", "serve.py"), "--floor", "--json"],
                        env=child_env(shim, False), capture_output=True, text=True)
     if p.returncode != 0:
         return {"error": p.stderr[-2000:]}
@@ -90,8 +93,8 @@ def floor_run(shim):
 
 def own_run(shim, latent):
     """One quick decode under the shim with stats: its own host time per recognised block."""
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "serve.py"), "--latent", latent,
-                        "--requests", "3", "--json"], env=child_env(shim, True), capture_output=True, text=True)
+    p = subprocess.run(PIN + [sys.executable, os.path.join(ROOT, "scripts", "serve.py"), "--latent", latent,
+                              "--requests", "3", "--json"], env=child_env(shim, True), capture_output=True, text=True)
     if p.returncode != 0:
         return {"error": p.stderr[-2000:]}
     s = shimstats.parse(p.stderr)
@@ -114,6 +117,8 @@ def floor_main(a, gpu, torch):
     arms = {"A": ("floor", None), "S": ("floor", a.shim), "T": ("own", a.shim)}
     if a.shim_b:
         arms.update(SB=("floor", a.shim_b), TB=("own", a.shim_b))
+    if a.no_s:  # the own time only: more rounds in the same time
+        arms = {k: v for k, v in arms.items() if k not in ("S", "SB")}
     names = list(arms)
     runs = {n: [] for n in names}
     for r in range(a.rounds):
@@ -134,8 +139,13 @@ def floor_main(a, gpu, torch):
                       if x.get("own_us_per_block") is not None and y.get("ms_per_block") is not None]
             summary[t]["own_over_floor_paired"] = med(paired)
             summary[t]["own_over_floor_by_round"] = paired
+    if "TB" in names:  # the two builds against each other, round by round
+        ratios = [x["own_us_per_block"] / y["own_us_per_block"] for x, y in zip(runs["T"], runs["TB"])
+                  if x.get("own_us_per_block") and y.get("own_us_per_block")]
+        summary["T_over_TB_by_round"] = ratios
+        summary["T_over_TB"] = med(ratios)
     doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "clock": clock(), "latent": a.latent,
-           "shim": a.shim, "shim_b": a.shim_b, "rounds": a.rounds, "summary": summary, "runs": runs}
+           "shim": a.shim, "shim_b": a.shim_b, "rounds": a.rounds, "pin": a.pin, "summary": summary, "runs": runs}
     base = summary["A"]["ms_per_block"]
     lines = [f"# The shim's own host time against the dispatch floor, {gpu}, {datetime.date.today().isoformat()}",
              "", f"torch {doc['torch']}, CUDA {doc['cuda']}; clock source {doc['clock']['clocksource']}. "
@@ -161,6 +171,11 @@ def floor_main(a, gpu, torch):
             lines += ["", f"{t} over the A of the same round: " + ", ".join(
                 f"{x * 100:.2f}%" for x in summary[t]["own_over_floor_by_round"]) +
                 f"; median {summary[t]['own_over_floor_paired'] * 100:.2f}%"]
+    if summary.get("T_over_TB") is not None:
+        lines += ["", "T over TB, round by round: " + ", ".join(f"{x:.3f}" for x in summary["T_over_TB_by_round"]) +
+                  f"; median {summary['T_over_TB']:.3f}"]
+    if a.pin:
+        lines += ["", f"Every process ran on CPUs {a.pin} (taskset)."]
     lines += ["", "Per round: " + "; ".join(
         f"{n} " + ", ".join(f"{x[k]:.4f}" if x.get(k) is not None else "error" for x in runs[n]
                             for k in ["ms_per_block" if arms[n][0] == "floor" else "own_us_per_block"])
@@ -184,7 +199,11 @@ def main():
     ap.add_argument("--shim-b", help="with --floor: a second build timed beside the first")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tag", default="", help="appended to the evidence files' name")
+    ap.add_argument("--no-s", action="store_true", help="with --floor: leave out the arms S and SB")
+    ap.add_argument("--pin", help="run every child on these CPUs (taskset -c), for steadier timings")
     a = ap.parse_args()
+    if a.pin:
+        PIN[:] = ["taskset", "-c", a.pin]
     import torch
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no-gpu"
     if a.floor:

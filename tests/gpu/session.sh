@@ -15,6 +15,10 @@
 #   floor      host_time.py --floor: the shim's own time per block against
 #              PyTorch's dispatch floor, 3 rounds; with build/base.tar (git
 #              archive of another commit) that build beside this one (3-5 min)
+#   own        floor's T (and TB) alone, pinned to CPUs 2-3, 6 rounds: two
+#              builds' own time per block side by side (4-6 min)
+#   lt-check   the quick decode with H3SHIM_LT_SHADOW=2: every GEMM described
+#              from remembered descriptors is read too and compared (1 min)
 #   graphs     weight_cache inside captures: test_weight_cache.py --graphs, then the
 #              quick and the full decode with arms SG (the defaults) and NG
 #              (H3SHIM_WEIGHT_CACHE_GRAPHS=0) (5 min)
@@ -46,10 +50,26 @@ run() { # NAME LIMIT COMMAND...
     echo "== $name (at most ${limit}s)"
     timeout "$limit" "$@" >"$work/$name.log" 2>&1
     local rc=$?
-    grep -E '^\| [A-Z]|Result|differing|: (pass|FAIL|skipped)|ran with|fallback|median ms' "$work/$name.log" | cut -c1-300 | tail -20
+    grep -E '^\| [A-Z]|Result|differing|: (pass|FAIL|skipped)|ran with|fallback|median ms|lt_shadow|differs|complete, |T over' "$work/$name.log" | cut -c1-300 | tail -20
     echo "== $name: rc=$rc"
     [[ $rc -eq 0 ]] || status=1
     pack
+}
+# With build/base.tar (git archive of another commit): builds it beside this
+# one and sets b=(--shim-b ITS_LIBRARY) for host_time.py; else b=().
+base_build() {
+    b=()
+    local lib="$work/base/build/libh3shim.so"
+    if [[ ! -f $lib && -f build/base.tar ]]; then
+        mkdir -p "$work/base" && tar xf build/base.tar -C "$work/base"
+        # The same kernel sources need not be compiled twice.
+        if diff -rq kernels "$work/base/kernels" >/dev/null; then
+            mkdir -p "$work/base/build" && cp build/kernels.fatbin build/kernels_fatbin.o "$work/base/build/"
+        fi
+        make -C "$work/base" -j"$(nproc)" build/libh3shim.so >"$work/base-make.log" 2>&1 || tail -5 "$work/base-make.log"
+    fi
+    [[ -f $lib ]] && b=(--shim-b "$lib")
+    return 0
 }
 for step in "${steps[@]}"; do
     case $step in
@@ -61,20 +81,15 @@ for step in "${steps[@]}"; do
         kernel-*) run "$step" 200 python3 "tests/gpu/test_${step#kernel-}.py" --fatbin build/kernels.fatbin ;;
         decode) run decode 420 python3 tests/gpu/full_decode.py --arms S,SG --rounds 3 --tag=-defaults ;;
         floor)
-            b=()
-            if [[ -f build/base.tar ]]; then
-                mkdir -p "$work/base" && tar xf build/base.tar -C "$work/base"
-                # The same kernel sources need not be compiled twice.
-                if diff -rq kernels "$work/base/kernels" >/dev/null; then
-                    mkdir -p "$work/base/build" && cp build/kernels.fatbin build/kernels_fatbin.o "$work/base/build/"
-                fi
-                if make -C "$work/base" -j"$(nproc)" build/libh3shim.so >"$work/base-make.log" 2>&1; then
-                    b=(--shim-b "$work/base/build/libh3shim.so")
-                else
-                    tail -5 "$work/base-make.log"
-                fi
-            fi
+            base_build
             run floor 420 python3 tests/gpu/host_time.py --floor --rounds 3 ${b[@]+"${b[@]}"} ;;
+        own)
+            base_build
+            run own 420 python3 tests/gpu/host_time.py --floor --no-s --pin 2-3 --rounds 6 ${b[@]+"${b[@]}"} --tag=-own ;;
+        lt-check)
+            # The block's GEMMs described from remembered cuBLASLt descriptors, each checked against reads.
+            run lt-check 150 env H3SHIM_LT_SHADOW=2 H3SHIM_STATS=1 LD_PRELOAD="$PWD/build/libh3shim.so" \
+                python3 scripts/serve.py --latent 1,24,12,24,24 --requests 2 ;;
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
         workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds 3 --deadline 480 \
                        --tag=-workloads ;;
