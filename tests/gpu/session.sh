@@ -15,7 +15,7 @@
 #   floor      host_time.py --floor: the shim's own time per block against
 #              PyTorch's dispatch floor, 3 rounds; with build/base.tar (git
 #              archive of another commit) that build beside this one (3-5 min)
-#   own        floor's T (and TB) alone, pinned to CPUs 2-3, 6 rounds: two
+#   own        floor's T (and TB) alone, pinned to CPUs 2-3, 5 rounds: two
 #              builds' own time per block side by side (4-6 min)
 #   lt-check   the quick decode with H3SHIM_LT_SHADOW=2: every GEMM described
 #              from remembered descriptors is read too and compared (1 min)
@@ -85,7 +85,7 @@ for step in "${steps[@]}"; do
             run floor 420 python3 tests/gpu/host_time.py --floor --rounds 3 ${b[@]+"${b[@]}"} ;;
         own)
             base_build
-            run own 420 python3 tests/gpu/host_time.py --floor --no-s --pin 2-3 --rounds 6 ${b[@]+"${b[@]}"} --tag=-own ;;
+            run own 420 python3 tests/gpu/host_time.py --floor --no-s --pin 2-3 --rounds 5 ${b[@]+"${b[@]}"} --tag=-own ;;
         lt-check)
             # The block's GEMMs described from remembered cuBLASLt descriptors, each checked against reads.
             run lt-check 150 env H3SHIM_LT_SHADOW=2 H3SHIM_STATS=1 LD_PRELOAD="$PWD/build/libh3shim.so" \
