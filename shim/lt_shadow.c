@@ -355,6 +355,14 @@ static void h3_lt_read_all(struct h3_lt_desc *lt)
     h3_lt_read_layout(&lt->d, lt->Ddesc);
 }
 
+/* H3SHIM_LT_SHADOW=2 found `what` to differ from its reads: counted, said once. */
+static void h3_lt_differs(const char *what)
+{
+    if (atomic_fetch_add_explicit(&h3_lt.mismatches, 1, memory_order_relaxed) == 0)
+        H3_WARN(H3_SUB_HOOK, "H3SHIM_LT_SHADOW=2: %s differs from its attributes read back (the reads are used); "
+                             "set H3SHIM_LT_SHADOW=0 and report it", what);
+}
+
 /* The algorithm's nine config values, from the memo or read (and kept). */
 static void h3_lt_algo(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo)
 {
@@ -368,14 +376,16 @@ static void h3_lt_algo(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo)
                        &lt->swizzle, &lt->custom, &lt->inner,  &lt->cluster};
     lt->have_algo = true;
     unsigned slot = (unsigned)(h3_hash(H3_HASH_SEED, algo, sizeof(*algo)) % H3_LT_ALGOS);
-    bool memo = h3_config.lt_shadow != 0;
+    bool memo = h3_config.lt_shadow != 0, hit = false;
+    int32_t kept[9];
     if (memo) {
         pthread_mutex_lock(&h3_lt.lock);
         struct h3_lt_algo_memo *m = &h3_lt.algos[slot];
-        bool hit = m->used && memcmp(&m->algo, algo, sizeof(*algo)) == 0;
-        for (unsigned k = 0; hit && k < 9; k++)
-            *out[k] = m->v[k];
+        hit = m->used && memcmp(&m->algo, algo, sizeof(*algo)) == 0;
+        memcpy(kept, m->v, sizeof(kept));
         pthread_mutex_unlock(&h3_lt.lock);
+        for (unsigned k = 0; hit && k < 9; k++)
+            *out[k] = kept[k];
         if (hit && h3_config.lt_shadow != 2)
             return;
     }
@@ -385,6 +395,8 @@ static void h3_lt_algo(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo)
         v[k] = (int32_t)h3_lt_int(ga, algo, attrs[k], sizes[k]);
     for (unsigned k = 0; k < 9; k++)
         *out[k] = v[k];
+    if (hit && memcmp(kept, v, sizeof(v)) != 0)
+        h3_lt_differs("an algorithm's kept config");
     if (memo) {
         pthread_mutex_lock(&h3_lt.lock);
         struct h3_lt_algo_memo *m = &h3_lt.algos[slot];
@@ -403,11 +415,8 @@ void h3_lt_describe(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo)
         seen = *lt;
         h3_lt_read_all(lt);
         if (memcmp(&seen.compute, &lt->compute, offsetof(struct h3_lt_desc, bias) - offsetof(struct h3_lt_desc, compute)) != 0 ||
-            seen.bias != lt->bias || memcmp(&seen.a, &lt->a, 4 * sizeof(lt->a)) != 0) {
-            if (atomic_fetch_add_explicit(&h3_lt.mismatches, 1, memory_order_relaxed) == 0)
-                H3_WARN(H3_SUB_HOOK, "H3SHIM_LT_SHADOW=2: a GEMM's remembered descriptor differs from its attributes "
-                                     "read back (the reads are used); set H3SHIM_LT_SHADOW=0 and report it");
-        }
+            seen.bias != lt->bias || memcmp(&seen.a, &lt->a, 4 * sizeof(lt->a)) != 0)
+            h3_lt_differs("a GEMM's remembered descriptor");
     } else if (!remembered) {
         h3_lt_read_all(lt);
     }
