@@ -57,10 +57,10 @@ H3_NO_SANITIZE static enum h3_fn h3_driver_hook_named(const char *name)
     return H3_FN_COUNT;
 }
 
-H3_NO_SANITIZE void *h3_driver_dlsym_answer(void *handle, const char *name)
+H3_NO_SANITIZE void *h3_driver_dlsym_answer(void *handle, const char *name, const void *caller)
 {
     if (name != NULL && handle != RTLD_DEFAULT && strncmp(name, "cublasLt", 8) == 0)
-        h3_lt_note_lookup(name);
+        h3_lt_note_lookup(name, caller);
     enum h3_fn fn = h3_driver_hook_named(name);
     if (H3_LIKELY(fn == H3_FN_COUNT) || handle == RTLD_DEFAULT || handle == RTLD_NEXT)
         return NULL;
@@ -84,7 +84,7 @@ H3_NO_SANITIZE void *h3_driver_dlsym_answer(void *handle, const char *name)
 H3_EXPORT H3_NO_SANITIZE __attribute__((optimize("optimize-sibling-calls"))) void *dlsym(void *restrict handle,
                                                                        const char *restrict name)
 {
-    void *ours = h3_driver_dlsym_answer(handle, name);
+    void *ours = h3_driver_dlsym_answer(handle, name, __builtin_return_address(0));
     if (ours != NULL)
         return ours;
     return h3_real_dlsym_ptr()(handle, name);

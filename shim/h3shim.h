@@ -794,8 +794,10 @@ typedef cublasStatus_t (*h3_lt_getter)(const void *obj, int attr, void *buf, siz
 int64_t h3_lt_int(void *getter, const void *obj, int attr, size_t size);
 /* A value of 2, 4 or 8 bytes, sign-extended. */
 int64_t h3_lt_widen(const void *buf, size_t size);
-void h3_lt_note_desc_create(const cublasLtMatmulDesc_t *desc, int compute, int scale);
-void h3_lt_note_layout_create(const cublasLtMatrixLayout_t *layout, int type, uint64_t rows, uint64_t cols, int64_t ld);
+/* A descriptor or layout created by the code at `caller` (the wrapper's return address). */
+void h3_lt_note_desc_create(const cublasLtMatmulDesc_t *desc, int compute, int scale, const void *caller);
+void h3_lt_note_layout_create(const cublasLtMatrixLayout_t *layout, int type, uint64_t rows, uint64_t cols, int64_t ld,
+                              const void *caller);
 void h3_lt_note_desc_set(cublasLtMatmulDesc_t desc, int attr, const void *buf, size_t size);
 void h3_lt_note_layout_set(cublasLtMatrixLayout_t layout, int attr, const void *buf, size_t size);
 /* A handle destroyed, or a buffer initialised as one (it is not remembered). */
@@ -806,10 +808,12 @@ void h3_lt_note_gone(const void *handle);
 void h3_lt_describe(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo);
 void h3_lt_print_stats(void (*line)(const char *fmt, ...));
 void h3_lt_after_fork_child(void);
-/* dlsym of a cuBLASLt function on a library handle: calls made through what
- * it returns bypass the wrappers, so a descriptor function looked up that
- * way turns the remembering off for good.  Safe before h3_init(). */
-void h3_lt_note_lookup(const char *name);
+/* dlsym of a cuBLASLt function on a library handle, from code at `caller`:
+ * calls made through what it returns bypass the wrappers, so descriptors
+ * that the object holding `caller` creates are never remembered (NVIDIA's
+ * libcublas looks cuBLASLt's descriptor functions up for its own).  Safe
+ * before h3_init(). */
+void h3_lt_note_lookup(const char *name, const void *caller);
 
 /* ---- cudnn.c ---- */
 
@@ -841,7 +845,7 @@ void h3_record_each_kernel(void (*fn)(const struct h3_kernel *k, void *arg), voi
  * it is the real function of an interposed driver entry point. */
 void h3_driver_fix_procaddr(const struct h3_call *c, CUresult r);
 /* The interposed answer to dlsym(handle, name), or NULL to forward. */
-void *h3_driver_dlsym_answer(void *handle, const char *name);
+void *h3_driver_dlsym_answer(void *handle, const char *name, const void *caller);
 /* Our wrapper for hooked function `fn` (its exported address). */
 void *h3_driver_wrapper(enum h3_fn fn);
 

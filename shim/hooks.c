@@ -146,13 +146,16 @@ static inline bool h3_call_unwanted_fast(void)
 #define H3_WRAP_PROCADDR(lib, ret, name, params, args, describe)
 
 /* Configuration calls: forwarded first; what succeeded is remembered (its
- * time counted in the shim's own, with stats). */
+ * time counted in the shim's own, with stats).  `caller_`, the code that
+ * made the call, is there for `describe`. */
 #define H3_WRAP_CONFIG(lib, ret, name, params, args, describe)                   \
     H3_EXPORT ret name params                                                    \
     {                                                                            \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
         ret r_ = real_ args;                                                     \
         if (r_ == 0 && h3_config_active()) {                                     \
+            const void *caller_ = __builtin_return_address(0);                   \
+            (void)caller_;                                                       \
             uint64_t t0_ = h3_hot.stats ? h3_now_ns() : 0;                       \
             describe;                                                            \
             if (t0_ != 0)                                                        \

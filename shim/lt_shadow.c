@@ -13,19 +13,23 @@
  * Invariants:
  *   - A handle is remembered from its interposed Create on, only while a
  *     thread's matcher expects a GEMM (the block's; another model's GEMMs
- *     are never remembered), and forgotten at its Destroy or Init; every
- *     SetAttribute on a remembered handle updates it, or forgets it when
- *     the value is not one the shim can mirror.
+ *     are never remembered) and only if the code creating it never looked
+ *     the descriptor functions up with dlsym (calls through such pointers
+ *     bypass the wrappers; libcublas does so for its own descriptors); it
+ *     is forgotten at its Destroy or Init; every SetAttribute on a
+ *     remembered handle updates it, or forgets it when the value is not one
+ *     the shim can mirror.
  *   - A GEMM whose descriptor or any layout is not remembered is read in
  *     full, as before; H3SHIM_LT_SHADOW=2 reads every GEMM anyway and
  *     warns at the first difference (and uses the reads).
  *   - An algorithm's config is a function of its bytes (NVIDIA documents
  *     the struct as trivially serialisable), so the memo is never stale.
- * Never: reads an attribute of a handle it did not see created, or keeps a
- * handle that was destroyed.
+ * Never: describes a GEMM from a handle it did not see created, or keeps a
+ * handle it saw destroyed.
  */
 #include "h3shim.h"
 
+#include <link.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -160,36 +164,103 @@ static void h3_lt_put(const void *handle, enum h3_lt_kind kind, const int64_t *v
         atomic_fetch_add_explicit(&h3_lt.remembered, 1, memory_order_relaxed);
 }
 
-static atomic_bool h3_lt_bypassed;
+/* The objects (their loaded address ranges) that looked a descriptor
+ * function up with dlsym: what they create is never remembered.  Added to,
+ * never removed (an object unloaded and another loaded there is only
+ * remembered less). */
+#define H3_LT_BYPASSERS 8
+static struct {
+    _Atomic uintptr_t lo, hi;
+} h3_lt_bypass[H3_LT_BYPASSERS];
+static atomic_uint h3_lt_nbypass;
+static atomic_bool h3_lt_bypass_all; /* a lookup whose object could not be told, or too many */
 
-H3_NO_SANITIZE void h3_lt_note_lookup(const char *name)
+struct h3_lt_find_object {
+    uintptr_t at, lo, hi;
+    const char *name;
+};
+
+static int h3_lt_object_of(struct dl_phdr_info *info, size_t size, void *arg)
 {
-    if ((strncmp(name, "cublasLtMatmulDesc", 18) == 0 || strncmp(name, "cublasLtMatrixLayout", 20) == 0) &&
-        !atomic_exchange(&h3_lt_bypassed, true))
-        H3_INFO(H3_SUB_HOOK, "dlsym(libcublasLt, %s): descriptors may be built past the wrappers, so every "
-                             "GEMM's attributes are read from now on", name);
+    (void)size;
+    struct h3_lt_find_object *f = arg;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        if (info->dlpi_phdr[i].p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+        lo = a < lo ? a : lo;
+        hi = a + info->dlpi_phdr[i].p_memsz > hi ? a + info->dlpi_phdr[i].p_memsz : hi;
+    }
+    if (f->at < lo || f->at >= hi)
+        return 0;
+    f->lo = lo, f->hi = hi, f->name = info->dlpi_name;
+    return 1;
 }
 
-/* Whether handles are remembered now: the shadow is on and this thread's
+H3_NO_SANITIZE void h3_lt_note_lookup(const char *name, const void *caller)
+{
+    if (strncmp(name, "cublasLtMatmulDesc", 18) != 0 && strncmp(name, "cublasLtMatrixLayout", 20) != 0)
+        return;
+    struct h3_lt_find_object f = {.at = (uintptr_t)caller};
+    if (caller == NULL || dl_iterate_phdr(h3_lt_object_of, &f) == 0) {
+        if (!atomic_exchange(&h3_lt_bypass_all, true))
+            H3_INFO(H3_SUB_HOOK, "dlsym(libcublasLt, %s) from unknown code: every GEMM's attributes are read from "
+                                 "now on", name);
+        return;
+    }
+    unsigned n = atomic_load(&h3_lt_nbypass);
+    for (unsigned i = 0; i < n && i < H3_LT_BYPASSERS; i++)
+        if (atomic_load(&h3_lt_bypass[i].lo) == f.lo)
+            return;
+    unsigned i = atomic_fetch_add(&h3_lt_nbypass, 1);
+    if (i >= H3_LT_BYPASSERS) {
+        atomic_store(&h3_lt_bypass_all, true);
+        return;
+    }
+    atomic_store(&h3_lt_bypass[i].hi, f.hi);
+    atomic_store(&h3_lt_bypass[i].lo, f.lo);
+    H3_INFO(H3_SUB_HOOK, "dlsym(libcublasLt, %s) from %s: the descriptors it makes are read, not remembered", name,
+            f.name != NULL && f.name[0] != '\0' ? f.name : "the main program");
+}
+
+/* Whether code at `caller` may make calls past the wrappers. */
+static bool h3_lt_bypassing(const void *caller)
+{
+    if (atomic_load_explicit(&h3_lt_bypass_all, memory_order_relaxed))
+        return true;
+    unsigned n = atomic_load_explicit(&h3_lt_nbypass, memory_order_acquire);
+    for (unsigned i = 0; i < n && i < H3_LT_BYPASSERS; i++) {
+        uintptr_t lo = atomic_load_explicit(&h3_lt_bypass[i].lo, memory_order_relaxed);
+        if (lo != 0 && (uintptr_t)caller >= lo && (uintptr_t)caller < atomic_load(&h3_lt_bypass[i].hi))
+            return true;
+    }
+    return false;
+}
+
+/* Whether handles made by `caller` are remembered now: the shadow is on,
+ * the caller never looked the functions up itself, and this thread's
  * matcher expects a GEMM next (on any stream: the stream is not known yet). */
-static bool h3_lt_wanted(void)
+static bool h3_lt_wanted(const void *caller)
 {
-    return h3_config.lt_shadow != 0 && h3_hot.match_on && !atomic_load_explicit(&h3_lt_bypassed, memory_order_relaxed) &&
-           h3_match_wants_matmul_any();
+    return h3_config.lt_shadow != 0 && h3_hot.match_on && !h3_lt_bypassing(caller) && h3_match_wants_matmul_any();
 }
 
-/* A fresh handle's attributes for create arguments `key`: learnt by reading
- * `handle` the first time (nothing is set on it yet); false when unreadable. */
-static bool h3_lt_fresh(enum h3_lt_kind kind, const void *handle, const int64_t key[2], int64_t *v)
+/* A fresh handle's attributes for create arguments `key`, if learnt; locked. */
+static bool h3_lt_fresh_known(enum h3_lt_kind kind, const int64_t key[2], int64_t *v)
 {
-    pthread_mutex_lock(&h3_lt.lock);
     for (unsigned i = 0; i < h3_lt.nfresh; i++)
         if (h3_lt.fresh[i].kind == kind && h3_lt.fresh[i].key[0] == key[0] && h3_lt.fresh[i].key[1] == key[1]) {
             memcpy(v, h3_lt.fresh[i].v, sizeof(h3_lt.fresh[i].v));
-            pthread_mutex_unlock(&h3_lt.lock);
             return true;
         }
-    pthread_mutex_unlock(&h3_lt.lock);
+    return false;
+}
+
+/* Learns a fresh handle's attributes from `handle`, made just now with
+ * arguments `key` (nothing is set on it yet); false when unreadable. */
+static bool h3_lt_fresh_learn(enum h3_lt_kind kind, const void *handle, const int64_t key[2], int64_t *v)
+{
     void *g = kind == H3_LT_DESC ? (void *)H3_LIB_FN(CUBLASLT, cublasLtMatmulDescGetAttribute)
                                  : (void *)H3_LIB_FN(CUBLASLT, cublasLtMatrixLayoutGetAttribute);
     if (g == NULL)
@@ -198,7 +269,7 @@ static bool h3_lt_fresh(enum h3_lt_kind kind, const void *handle, const int64_t 
         v[k] = kind == H3_LT_DESC ? h3_lt_int(g, handle, h3_lt_desc_attr[k], h3_lt_desc_size[k])
                                   : h3_lt_int(g, handle, h3_lt_layout_attr[k], h3_lt_layout_size[k]);
     pthread_mutex_lock(&h3_lt.lock);
-    if (h3_lt.nfresh < H3_LT_FRESH) {
+    if (h3_lt.nfresh < H3_LT_FRESH && !h3_lt_fresh_known(kind, key, (int64_t[H3_LT_KEYS]){0})) {
         struct h3_lt_fresh *f = &h3_lt.fresh[h3_lt.nfresh++];
         f->kind = kind, f->key[0] = key[0], f->key[1] = key[1];
         memcpy(f->v, v, sizeof(f->v));
@@ -208,33 +279,41 @@ static bool h3_lt_fresh(enum h3_lt_kind kind, const void *handle, const int64_t 
 }
 
 /* A handle was created with arguments `args` (what a read of the first
- * `nargs` attributes returns); the rest are a fresh handle's. */
+ * `nargs` attributes returns); the rest are a fresh handle's.  One lock
+ * once the fresh handle is known. */
 static void h3_lt_created(enum h3_lt_kind kind, const void *handle, const int64_t key[2], const int *arg_keys,
                           const int64_t *args, unsigned nargs)
 {
-    int64_t v[H3_LT_KEYS];
-    if (handle == NULL || !h3_lt_fresh(kind, handle, key, v))
+    if (handle == NULL)
         return;
+    int64_t v[H3_LT_KEYS];
+    pthread_mutex_lock(&h3_lt.lock);
+    bool known = h3_lt_fresh_known(kind, key, v);
+    if (!known) {
+        pthread_mutex_unlock(&h3_lt.lock);
+        if (!h3_lt_fresh_learn(kind, handle, key, v))
+            return;
+        pthread_mutex_lock(&h3_lt.lock);
+    }
     for (unsigned i = 0; i < nargs; i++)
         v[arg_keys[i]] = args[i];
-    pthread_mutex_lock(&h3_lt.lock);
     h3_lt_put(handle, kind, v);
     pthread_mutex_unlock(&h3_lt.lock);
 }
 
-void h3_lt_note_desc_create(const cublasLtMatmulDesc_t *desc, int compute, int scale)
+void h3_lt_note_desc_create(const cublasLtMatmulDesc_t *desc, int compute, int scale, const void *caller)
 {
     static const int keys[2] = {0, 1}; /* compute and scale type */
-    if (desc != NULL && h3_lt_wanted())
+    if (desc != NULL && h3_lt_wanted(caller))
         h3_lt_created(H3_LT_DESC, *desc, (const int64_t[2]){compute, scale}, keys,
                       (const int64_t[2]){(int32_t)compute, (int32_t)scale}, 2);
 }
 
 void h3_lt_note_layout_create(const cublasLtMatrixLayout_t *layout, int type, uint64_t rows, uint64_t cols,
-                              int64_t ld)
+                              int64_t ld, const void *caller)
 {
     static const int keys[4] = {0, 2, 3, 4}; /* type, rows, cols, ld */
-    if (layout != NULL && h3_lt_wanted())
+    if (layout != NULL && h3_lt_wanted(caller))
         h3_lt_created(H3_LT_LAYOUT, *layout, (const int64_t[2]){type, 0}, keys,
                       (const int64_t[4]){(int32_t)type, (int64_t)rows, (int64_t)cols, ld}, 4);
 }
@@ -409,8 +488,7 @@ static void h3_lt_algo(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo)
 void h3_lt_describe(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo)
 {
     struct h3_lt_desc seen;
-    bool remembered = h3_config.lt_shadow != 0 && !atomic_load_explicit(&h3_lt_bypassed, memory_order_relaxed) &&
-                      h3_lt_fill_remembered(lt);
+    bool remembered = h3_config.lt_shadow != 0 && h3_lt_fill_remembered(lt);
     if (remembered && h3_config.lt_shadow == 2) {
         seen = *lt;
         h3_lt_read_all(lt);

@@ -175,8 +175,8 @@ static void fw_objects_make(uint64_t seed)
 /* Descriptors are made and given back with NULL handles (the fakes fail
  * them, so nothing leaks); a set changes only an attribute nobody reads. */
 static const int32_t fw_lt_zero[2];
-#define h3_lt_note_desc_create(desc, compute, scale) (desc = &fw_obj.lt_made)
-#define h3_lt_note_layout_create(layout, type, rows, cols, ld) (layout = &fw_obj.lt_made_layout)
+#define h3_lt_note_desc_create(desc, compute, scale, caller) (desc = &fw_obj.lt_made)
+#define h3_lt_note_layout_create(layout, type, rows, cols, ld, caller) (layout = &fw_obj.lt_made_layout)
 #define h3_lt_note_desc_set(desc, attr, buf, size)                                              \
     (desc = fw_obj.lt_desc, attr = CUBLASLT_MATMUL_DESC_POINTER_MODE, buf = fw_lt_zero, size = 4)
 #define h3_lt_note_layout_set(layout, attr, buf, size)                                              \

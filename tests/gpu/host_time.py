@@ -55,9 +55,11 @@ PIN = []  # --pin: taskset's prefix for every child
 
 
 def child_env(shim, stats):
+    """The environment of a child: `shim` is a library path, or (path, {VAR: value}) for an arm with settings."""
+    shim, extra = shim if isinstance(shim, tuple) else (shim, {})
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     if shim:
-        env.update(LD_PRELOAD=shim, **({"H3SHIM_STATS": "1"} if stats else {}))
+        env.update(LD_PRELOAD=shim, **({"H3SHIM_STATS": "1"} if stats else {}), **extra)
     return env
 
 
@@ -115,8 +117,9 @@ def floor_main(a, gpu, torch):
     # A: the floor without the shim; S: with it (at 6 tokens it recognises no block: what another host-bound
     # program's launches pay); T: the shim's own time per block in the quick decode, where every block is fused.
     arms = {"A": ("floor", None), "S": ("floor", a.shim), "T": ("own", a.shim)}
-    if a.shim_b:
-        arms.update(SB=("floor", a.shim_b), TB=("own", a.shim_b))
+    b = (a.shim_b or a.shim, dict(x.split("=", 1) for x in a.env_b))
+    if a.shim_b or a.env_b:
+        arms.update(SB=("floor", b), TB=("own", b))
     if a.no_s:  # the own time only: more rounds in the same time
         arms = {k: v for k, v in arms.items() if k not in ("S", "SB")}
     names = list(arms)
@@ -145,7 +148,8 @@ def floor_main(a, gpu, torch):
         summary["T_over_TB_by_round"] = ratios
         summary["T_over_TB"] = med(ratios)
     doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "clock": clock(), "latent": a.latent,
-           "shim": a.shim, "shim_b": a.shim_b, "rounds": a.rounds, "pin": a.pin, "summary": summary, "runs": runs}
+           "shim": a.shim, "shim_b": a.shim_b, "env_b": a.env_b, "rounds": a.rounds, "pin": a.pin, "summary": summary,
+           "runs": runs}
     base = summary["A"]["ms_per_block"]
     lines = [f"# The shim's own host time against the dispatch floor, {gpu}, {datetime.date.today().isoformat()}",
              "", f"torch {doc['torch']}, CUDA {doc['cuda']}; clock source {doc['clock']['clocksource']}. "
@@ -155,7 +159,9 @@ def floor_main(a, gpu, torch):
              f"block, so this is what another host-bound program's launches pay). T: the quick decode [{a.latent}] "
              "under the shim's defaults with H3SHIM_STATS=1, where every block is fused: the shim's own host time "
              "per block, one-off work and the stats' clock reads inside its parts taken out, every observed call "
-             "charged to the blocks." + (f" SB, TB: the same with {a.shim_b}." if a.shim_b else ""), "",
+             "charged to the blocks." + (f" SB, TB: the same with {a.shim_b or a.shim}"
+                                          f"{' and ' + ' '.join(a.env_b) if a.env_b else ''}." if "TB" in names else ""),
+             "",
              "| arm | floor ms per block | over A | shim's own us per block | over A's floor | blocks recognised, "
              "broken |", "|---|---|---|---|---|---|"]
     for n in names:
@@ -200,6 +206,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tag", default="", help="appended to the evidence files' name")
     ap.add_argument("--no-s", action="store_true", help="with --floor: leave out the arms S and SB")
+    ap.add_argument("--env-b", action="append", default=[], metavar="VAR=VALUE",
+                    help="with --floor: the arms SB and TB with this setting too (with the same library unless --shim-b)")
     ap.add_argument("--pin", help="run every child on these CPUs (taskset -c), for steadier timings")
     a = ap.parse_args()
     if a.pin:

@@ -17,6 +17,8 @@
 #              archive of another commit) that build beside this one (3-5 min)
 #   own        floor's T (and TB) alone, pinned to CPUs 2-3, 5 rounds: two
 #              builds' own time per block side by side (4-6 min)
+#   own-lt     the same, TB being this build with H3SHIM_LT_SHADOW=0, 4 rounds
+#              (3-4 min)
 #   lt-check   the quick decode with H3SHIM_LT_SHADOW=2: every GEMM described
 #              from remembered descriptors is read too and compared (1 min)
 #   graphs     weight_cache inside captures: test_weight_cache.py --graphs, then the
@@ -86,6 +88,10 @@ for step in "${steps[@]}"; do
         own)
             base_build
             run own 420 python3 tests/gpu/host_time.py --floor --no-s --pin 2-3 --rounds 5 ${b[@]+"${b[@]}"} --tag=-own ;;
+        own-lt)
+            # The same build with H3SHIM_LT_SHADOW=0 as TB: what remembering descriptors saves.
+            run own-lt 420 python3 tests/gpu/host_time.py --floor --no-s --pin 2-3 --rounds 4 \
+                --env-b H3SHIM_LT_SHADOW=0 --tag=-own-lt ;;
         lt-check)
             # The block's GEMMs described from remembered cuBLASLt descriptors, each checked against reads.
             run lt-check 150 env H3SHIM_LT_SHADOW=2 H3SHIM_STATS=1 LD_PRELOAD="$PWD/build/libh3shim.so" \
