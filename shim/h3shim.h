@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "nvapi.h"
 
@@ -175,6 +176,7 @@ struct h3_hot {
     _Atomic uint64_t wc_lo, wc_hi; /* op_weight_cache.c, per copy: the bounds of their sources */
     atomic_uint captures_recording; /* graphs.c, per capture: captures begun and not ended */
     atomic_uint lt_live; /* lt_shadow.c, per handle: cuBLASLt handles remembered */
+    bool lt_remember;    /* init.c: H3SHIM_LT_SHADOW on and calls matched */
 } __attribute__((aligned(64)));
 extern struct h3_hot h3_hot;
 struct h3_queue;
@@ -189,6 +191,7 @@ struct h3_thread {
     uint64_t stats_reads;       /* stats.c: the stats' own clock reads inside the calls' parts */
     struct h3_queue *queue;     /* engine.c: this thread's held launches, once it has held one */
     struct h3_matcher *matcher; /* match.c: this thread's matcher, once it has matched a call */
+    bool expects_matmul;        /* match.c: a signature expects a GEMM next (h3_match_wants_matmul, any stream) */
 } __attribute__((aligned(64)));
 extern __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_thread h3_thread;
 
@@ -504,8 +507,7 @@ void h3_match_call(struct h3_call *c);
  * signature begins with one): only then does it need the call's full
  * description. */
 bool h3_match_wants_matmul(const void *stream);
-/* The same on any stream (a descriptor is built before its stream is known). */
-bool h3_match_wants_matmul_any(void);
+
 /* One stats line per signature: instances complete and broken. */
 void h3_match_print_stats(void (*line)(const char *fmt, ...));
 void h3_match_reset(void);
@@ -789,11 +791,36 @@ int h3_kernels_sm(void);
 
 /* A cuBLASLt attribute getter, as the three of them are typed but for the object. */
 typedef cublasStatus_t (*h3_lt_getter)(const void *obj, int attr, void *buf, size_t size, size_t *written);
-/* One integer attribute of `size` bytes read through `getter`, widened as
- * h3_lt_widen does; -1 when it cannot be read. */
-int64_t h3_lt_int(void *getter, const void *obj, int attr, size_t size);
 /* A value of 2, 4 or 8 bytes, sign-extended. */
-int64_t h3_lt_widen(const void *buf, size_t size);
+static inline int64_t h3_lt_widen(const void *buf, size_t size)
+{
+    if (size == 2) {
+        int16_t v;
+        memcpy(&v, buf, 2);
+        return v;
+    }
+    if (size == 4) {
+        int32_t v;
+        memcpy(&v, buf, 4);
+        return v;
+    }
+    int64_t v;
+    memcpy(&v, buf, 8);
+    return v;
+}
+/* One integer attribute of `size` bytes read through `getter`, widened;
+ * -1 when it cannot be read. */
+static inline int64_t h3_lt_int(void *getter, const void *obj, int attr, size_t size)
+{
+    uint64_t v = 0;
+    size_t written = 0;
+    if (getter == NULL || obj == NULL || ((h3_lt_getter)getter)(obj, attr, &v, size, &written) != CUBLAS_STATUS_SUCCESS)
+        return -1;
+    return h3_lt_widen(&v, size);
+}
+/* Whether a descriptor or layout that code at `caller` creates now would be
+ * remembered (the wrapper forwards at once when not). */
+bool h3_lt_create_wanted(const void *caller);
 /* A descriptor or layout created by the code at `caller` (the wrapper's return address). */
 void h3_lt_note_desc_create(const cublasLtMatmulDesc_t *desc, int compute, int scale, const void *caller);
 void h3_lt_note_layout_create(const cublasLtMatrixLayout_t *layout, int type, uint64_t rows, uint64_t cols, int64_t ld,

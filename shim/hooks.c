@@ -145,23 +145,64 @@ static inline bool h3_call_unwanted_fast(void)
 #define H3_WRAP_SYNC(...) H3_WRAP_OBSERVED(SYNC, __VA_ARGS__)
 #define H3_WRAP_PROCADDR(lib, ret, name, params, args, describe)
 
+/*
+ * Whether configuration call `fn` (from code at `caller`) has anything to
+ * remember: a constant `fn` in each wrapper folds this to the one test it
+ * needs.  Before the shim is initialised it says yes (the slow path
+ * initialises it).  Else the call is forwarded with a tail jump: another
+ * model's cuBLASLt descriptors, which lt_shadow.c never remembers, cost it
+ * a load or two.
+ */
+static inline bool h3_config_wanted(enum h3_fn fn, const void *caller)
+{
+    int state = atomic_load_explicit(&h3_hot.state, memory_order_acquire);
+    if (state != 1)
+        return state == 0;
+    if (!h3_hot.observe)
+        return false;
+    switch (fn) {
+    case H3_FN_cublasLtMatmulDescCreate:
+    case H3_FN_cublasLtMatrixLayoutCreate:
+        return h3_hot.lt_remember && h3_thread.expects_matmul && h3_lt_create_wanted(caller);
+    case H3_FN_cublasLtMatmulDescSetAttribute:
+    case H3_FN_cublasLtMatmulDescDestroy:
+    case H3_FN_cublasLtMatmulDescInit_internal:
+    case H3_FN_cublasLtMatrixLayoutSetAttribute:
+    case H3_FN_cublasLtMatrixLayoutDestroy:
+    case H3_FN_cublasLtMatrixLayoutInit_internal:
+        return atomic_load_explicit(&h3_hot.lt_live, memory_order_relaxed) != 0;
+    default:
+        return true;
+    }
+}
+
+#define H3_UNPAREN(...) __VA_ARGS__
+#define H3_WITH_CALLER(...) (caller_, __VA_ARGS__)
+
 /* Configuration calls: forwarded first; what succeeded is remembered (its
  * time counted in the shim's own, with stats).  `caller_`, the code that
  * made the call, is there for `describe`. */
 #define H3_WRAP_CONFIG(lib, ret, name, params, args, describe)                   \
-    H3_EXPORT ret name params                                                    \
+    __attribute__((noinline)) static ret h3_slow_##name(const void *caller_, H3_UNPAREN params) \
     {                                                                            \
+        (void)caller_;                                                           \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
         ret r_ = real_ args;                                                     \
         if (r_ == 0 && h3_config_active()) {                                     \
-            const void *caller_ = __builtin_return_address(0);                   \
-            (void)caller_;                                                       \
             uint64_t t0_ = h3_hot.stats ? h3_now_ns() : 0;                       \
             describe;                                                            \
             if (t0_ != 0)                                                        \
                 h3_stats_config_time(h3_now_ns() - t0_);                         \
         }                                                                        \
         return r_;                                                               \
+    }                                                                            \
+    H3_EXPORT ret name params                                                    \
+    {                                                                            \
+        const void *caller_ = __builtin_return_address(0);                       \
+        void *p_ = atomic_load_explicit(&h3_real[H3_FN_##name], memory_order_acquire); \
+        if (H3_LIKELY(p_ != NULL) && !h3_config_wanted(H3_FN_##name, caller_))   \
+            return ((__typeof__(&name))p_) args;                                 \
+        return h3_slow_##name H3_WITH_CALLER(H3_UNPAREN args);                   \
     }
 
 #define H3_HOOK(lib, kind, ret, name, params, args, describe) \

@@ -39,6 +39,7 @@ static void h3_init_run(void)
     h3_engine_setup();
     h3_hot.match_on = (h3_config.match || h3_hot.engine_on) && h3_signatures_count() > 0;
     h3_hot.observe = h3_hot.trace_on || h3_hot.stats || h3_hot.match_on;
+    h3_hot.lt_remember = h3_config.lt_shadow != 0 && h3_hot.match_on;
     h3_fork_setup();
     H3_INFO(H3_SUB_INIT, "active: trace %s, stats %s, matching %s, engine %s", h3_hot.trace_on ? "on" : "off",
             h3_hot.stats ? "on" : "off", h3_hot.match_on ? "on" : "off", h3_hot.engine_on ? "on" : "off");

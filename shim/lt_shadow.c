@@ -46,26 +46,6 @@ static const int h3_lt_layout_attr[H3_LT_LAYOUT_KEYS] = {
     CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET};
 static const size_t h3_lt_layout_size[H3_LT_LAYOUT_KEYS] = {4, 4, 8, 8, 8, 4, 8};
 
-int64_t h3_lt_int(void *getter, const void *obj, int attr, size_t size)
-{
-    if (getter == NULL || obj == NULL)
-        return -1;
-    uint64_t v = 0;
-    size_t written = 0;
-    if (((h3_lt_getter)getter)(obj, attr, &v, size, &written) != CUBLAS_STATUS_SUCCESS)
-        return -1;
-    return h3_lt_widen(&v, size);
-}
-
-int64_t h3_lt_widen(const void *buf, size_t size)
-{
-    switch (size) {
-    case 2: { int16_t v; memcpy(&v, buf, 2); return v; }
-    case 4: { int32_t v; memcpy(&v, buf, 4); return v; }
-    default: { int64_t v; memcpy(&v, buf, 8); return v; }
-    }
-}
-
 /* ---- the table ---- */
 
 #define H3_LT_SLOTS 256 /* a power of two; live handles are a few per GEMM in flight */
@@ -241,9 +221,9 @@ static bool h3_lt_bypassing(const void *caller)
 /* Whether handles made by `caller` are remembered now: the shadow is on,
  * the caller never looked the functions up itself, and this thread's
  * matcher expects a GEMM next (on any stream: the stream is not known yet). */
-static bool h3_lt_wanted(const void *caller)
+bool h3_lt_create_wanted(const void *caller)
 {
-    return h3_config.lt_shadow != 0 && h3_hot.match_on && !h3_lt_bypassing(caller) && h3_match_wants_matmul_any();
+    return h3_hot.lt_remember && h3_thread.expects_matmul && !h3_lt_bypassing(caller);
 }
 
 /* A fresh handle's attributes for create arguments `key`, if learnt; locked. */
@@ -304,7 +284,7 @@ static void h3_lt_created(enum h3_lt_kind kind, const void *handle, const int64_
 void h3_lt_note_desc_create(const cublasLtMatmulDesc_t *desc, int compute, int scale, const void *caller)
 {
     static const int keys[2] = {0, 1}; /* compute and scale type */
-    if (desc != NULL && h3_lt_wanted(caller))
+    if (desc != NULL && h3_lt_create_wanted(caller))
         h3_lt_created(H3_LT_DESC, *desc, (const int64_t[2]){compute, scale}, keys,
                       (const int64_t[2]){(int32_t)compute, (int32_t)scale}, 2);
 }
@@ -313,7 +293,7 @@ void h3_lt_note_layout_create(const cublasLtMatrixLayout_t *layout, int type, ui
                               int64_t ld, const void *caller)
 {
     static const int keys[4] = {0, 2, 3, 4}; /* type, rows, cols, ld */
-    if (layout != NULL && h3_lt_wanted(caller))
+    if (layout != NULL && h3_lt_create_wanted(caller))
         h3_lt_created(H3_LT_LAYOUT, *layout, (const int64_t[2]){type, 0}, keys,
                       (const int64_t[4]){(int32_t)type, (int64_t)rows, (int64_t)cols, ld}, 4);
 }

@@ -26,6 +26,7 @@ struct h3_match_progress {
     uint64_t *values; /* pointer values of the current instance (h3_sig_call.value_base) */
     const struct h3_kernel **kernels; /* per call: the last kernel found to have its name */
     uint32_t next;    /* index of the call expected next; 0: none started */
+    bool starts_with_matmul; /* the signature's first call is a GEMM */
     const void *stream;
 };
 
@@ -86,6 +87,7 @@ static struct h3_matcher *h3_matcher_get(void)
         const struct h3_sig *sig = h3_signatures_get(s);
         struct h3_match_progress *p = &m->p[m->nsigs];
         p->sig = sig;
+        p->starts_with_matmul = sig->calls[0].kind == H3_SIG_MATMUL;
         p->values = calloc(sig->nvalues > 0 ? sig->nvalues : 1, sizeof(uint64_t));
         p->kernels = calloc(sig->ncalls, sizeof(*p->kernels));
         if (p->values == NULL || p->kernels == NULL) {
@@ -289,22 +291,11 @@ static void h3_match_count_break(unsigned s, const char *why, uint32_t at)
     }
 }
 
-void h3_match_interrupt(void)
+static bool h3_match_wants_matmul_on(const struct h3_matcher *m, const void *stream, bool any_stream)
 {
-    struct h3_matcher *m = h3_thread.matcher; /* none made yet: nothing in progress */
-    for (unsigned s = 0; m != NULL && s < m->nsigs; s++) {
-        if (m->p[s].next > 0)
-            h3_match_count_break(s, "foreign", m->p[s].next);
-        m->p[s].next = 0;
-    }
-}
-
-static bool h3_match_wants_matmul_on(const void *stream, bool any_stream)
-{
-    struct h3_matcher *m = h3_matcher_get();
     for (unsigned s = 0; m != NULL && s < m->nsigs; s++) {
         const struct h3_match_progress *p = &m->p[s];
-        if (p->sig->calls[0].kind == H3_SIG_MATMUL ||
+        if (p->starts_with_matmul ||
             (p->next > 0 && (any_stream || p->stream == stream) && p->sig->calls[p->next].kind == H3_SIG_MATMUL))
             return true;
     }
@@ -313,12 +304,25 @@ static bool h3_match_wants_matmul_on(const void *stream, bool any_stream)
 
 bool h3_match_wants_matmul(const void *stream)
 {
-    return h3_match_wants_matmul_on(stream, false);
+    return h3_match_wants_matmul_on(h3_matcher_get(), stream, false);
 }
 
-bool h3_match_wants_matmul_any(void)
+/* Keeps h3_thread.expects_matmul (what a descriptor's Create asks, on any
+ * stream) up to date after the progress changed. */
+static void h3_match_note_expectation(const struct h3_matcher *m)
 {
-    return h3_match_wants_matmul_on(NULL, true);
+    h3_thread.expects_matmul = h3_match_wants_matmul_on(m, NULL, true);
+}
+
+void h3_match_interrupt(void)
+{
+    struct h3_matcher *m = h3_thread.matcher; /* none made yet: nothing in progress */
+    for (unsigned s = 0; m != NULL && s < m->nsigs; s++) {
+        if (m->p[s].next > 0)
+            h3_match_count_break(s, "foreign", m->p[s].next);
+        m->p[s].next = 0;
+    }
+    h3_match_note_expectation(m);
 }
 
 void h3_match_call(struct h3_call *c)
@@ -336,6 +340,7 @@ void h3_match_call(struct h3_call *c)
         }
     }
     c->reason = reason;
+    h3_match_note_expectation(m);
 }
 
 void h3_match_print_stats(void (*line)(const char *fmt, ...))
