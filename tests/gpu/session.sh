@@ -32,6 +32,7 @@
 #              stops before a round that would outrun its limit and
 #              reports the rounds done (5 rounds outran 420 s at 369a5b8
 #              and left nothing)                                      (1-8 min)
+# OWN_ROUNDS and WORKLOADS_ROUNDS set those steps' rounds (5 and 3).
 # The archive is $OUT/session.tgz when OUT is set, else build/session.tgz; the
 # evidence files also land in tests/evidence/. Exit status: 1 when a step failed.
 set -uo pipefail
@@ -87,7 +88,8 @@ for step in "${steps[@]}"; do
             run floor 420 python3 tests/gpu/host_time.py --floor --rounds 3 ${b[@]+"${b[@]}"} ;;
         own)
             base_build
-            run own 420 python3 tests/gpu/host_time.py --floor --no-s --pin 2-3 --rounds 5 ${b[@]+"${b[@]}"} --tag=-own ;;
+            run own 420 python3 tests/gpu/host_time.py --floor --no-s --pin 2-3 --rounds "${OWN_ROUNDS:-5}" \
+                ${b[@]+"${b[@]}"} --tag=-own ;;
         own-lt)
             # The same build with H3SHIM_LT_SHADOW=0 as TB: what remembering descriptors saves.
             run own-lt 420 python3 tests/gpu/host_time.py --floor --no-s --pin 2-3 --rounds 4 \
@@ -97,7 +99,7 @@ for step in "${steps[@]}"; do
             run lt-check 150 env H3SHIM_LT_SHADOW=2 H3SHIM_STATS=1 LD_PRELOAD="$PWD/build/libh3shim.so" \
                 python3 scripts/serve.py --latent 1,24,12,24,24 --requests 2 ;;
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
-        workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds 3 --deadline 480 \
+        workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds "${WORKLOADS_ROUNDS:-3}" --deadline 480 \
                        --tag=-workloads ;;
         graphs)
             run graphs-weights 150 python3 tests/gpu/test_weight_cache.py --graphs
