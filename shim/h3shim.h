@@ -262,6 +262,10 @@ struct h3_kernel {
     /* Finds the memory it writes through device memory, not its parameters
      * (NCCL's kernels): the weight cache cannot tell what it writes. */
     bool writes_unseen;
+    /* Writes only through its first parameter (PyTorch's cat kernels: the
+     * output; the inputs' list after it is read, and its unused slots hold
+     * whatever the host stack held). */
+    bool writes_first_param_only;
     /* What traces and stats read. */
     const char *name;   /* as the driver returns it (mangled): what signatures match */
     const char *pretty; /* demangled when a C++ runtime is loaded, else `name` */

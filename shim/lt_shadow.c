@@ -21,7 +21,11 @@
  *     the shim can mirror.
  *   - A GEMM whose descriptor or any layout is not remembered is read in
  *     full, as before; H3SHIM_LT_SHADOW=2 reads every GEMM anyway and
- *     warns at the first difference (and uses the reads).
+ *     warns at the first difference (and uses the reads).  The bias
+ *     pointer is read always: the other attributes only decide whether a
+ *     GEMM is the block's (the GEMM runs with its real descriptor on the
+ *     same bytes either way), but weight_cache points the bias at a copy
+ *     of what the description says.
  *   - An algorithm's config is a function of its bytes (NVIDIA documents
  *     the struct as trivially serialisable), so the memo is never stale.
  * Never: describes a GEMM from a handle it did not see created, or keeps a
@@ -477,6 +481,13 @@ void h3_lt_describe(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo)
             h3_lt_differs("a GEMM's remembered descriptor");
     } else if (!remembered) {
         h3_lt_read_all(lt);
+    } else {
+        /* The one pointer among them is always read: weight_cache points
+         * the bias at its copy of what this says, so even a descriptor
+         * changed past the wrappers cannot make a GEMM add another bias. */
+        int64_t bias = h3_lt_int((void *)H3_LIB_FN(CUBLASLT, cublasLtMatmulDescGetAttribute), lt->desc,
+                                 CUBLASLT_MATMUL_DESC_BIAS_POINTER, sizeof(void *));
+        lt->bias = bias == -1 ? NULL : (const void *)(uintptr_t)bias;
     }
     if (h3_hot.stats)
         atomic_fetch_add_explicit(remembered ? &h3_lt.served : &h3_lt.read_in_full, 1, memory_order_relaxed);

@@ -392,7 +392,8 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
             lo = atomic_load_explicit(&h3_hot.wc_lo, memory_order_relaxed);
             span = atomic_load_explicit(&h3_hot.wc_hi, memory_order_relaxed) - lo;
         }
-        for (uint32_t p = 0; c->args != NULL && c->param_sizes != NULL && p < c->nparams; p++)
+        uint32_t nparams = c->kernel != NULL && c->kernel->writes_first_param_only && c->nparams > 1 ? 1 : c->nparams;
+        for (uint32_t p = 0; c->args != NULL && c->param_sizes != NULL && p < nparams; p++)
             for (uint32_t off = 0; off + 8 <= c->param_sizes[p]; off += 8) {
                 uint64_t v;
                 memcpy(&v, (const char *)c->args[p] + off, 8);

@@ -128,6 +128,11 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
     char *demangled = h3_demangle(name);
     k->pretty = demangled != NULL ? demangled : k->name;
     k->writes_unseen = k->name != NULL && strstr(k->name, "nccl") != NULL;
+    /* at::native's CatArrayBatchedCopy kernels (all variants): (output, the
+     * inputs' metadata by value, the output's sizes, the dimension, a stride);
+     * they store through the output alone (aten/src/ATen/native/cuda/Shape.cu). */
+    k->writes_first_param_only = k->name != NULL && strncmp(k->name, "_ZN2at6native", 13) == 0 &&
+                                 strstr(k->name, "CatArrayBatchedCopy") != NULL;
     k->nparams = n;
     k->param_bytes = bytes;
     if (n > 0)

@@ -34,7 +34,7 @@ static void fw_kernel_fn(void **params)
     (void)params;
 }
 
-static struct fake_kernel fw_kernel, fw_nccl_kernel;
+static struct fake_kernel fw_kernel, fw_nccl_kernel, fw_cat_kernel;
 static void fw_stub(void)
 {
 }
@@ -77,6 +77,13 @@ FAKE_EXPORT void fw_setup(void)
     fake_kernel_init(&fw_nccl_kernel, "_Z31ncclDevKernel_AllGather_RING_LL24ncclDevKernelArgsStorageILm4096EE", 1,
                      nccl_sizes, fw_kernel_fn);
     fake_cudart_register_stub((const void *)&fw_nccl_stub, &fw_nccl_kernel);
+    /* PyTorch's cat (its inputs' metadata cut to two pointers). */
+    size_t cat_sizes[2] = {8, 16};
+    fake_kernel_init(&fw_cat_kernel,
+                     "_ZN2at6native12_GLOBAL__N_130CatArrayBatchedCopy_vectorizedIN3c1010OpaqueTypeILj4EEEjLi2ELi128ELi"
+                     "1ELi16ELi4EEEvPcNS1_25CatArrInputTensorMetadataIT_T0_XT2_EXT3_EEENS1_16TensorSizeStrideIS8_Lj4EEE"
+                     "iS8_",
+                     2, cat_sizes, fw_kernel_fn);
 }
 
 /* Builds the valid objects for this thread, with values from `seed`. */
@@ -338,16 +345,18 @@ static void *fw_ptr(const char *s)
 }
 
 /* Test knobs, read once: FW_LT_BEHIND=1 flips each GEMM's transb past the
- * wrappers (as a program whose descriptor calls the shim cannot see);
- * FW_LT_DLSYM=1 first looks a descriptor function up on cuBLASLt's handle. */
-static int fw_lt_behind = -1;
+ * wrappers (as a program whose descriptor calls the shim cannot see), and
+ * FW_LT_BEHIND=bias moves its bias pointer so; FW_LT_DLSYM=1 first looks a
+ * descriptor function up on cuBLASLt's handle. */
+static int fw_lt_behind = -1; /* 0 no, 1 transb, 2 bias */
 
 static long long fw_replay_matmul(char **tok, int n, uintptr_t stream)
 {
     if (n != 14 + 4 * 7 + 9)
         return -1;
     if (fw_lt_behind < 0) {
-        fw_lt_behind = getenv("FW_LT_BEHIND") != NULL;
+        const char *behind = getenv("FW_LT_BEHIND");
+        fw_lt_behind = behind == NULL ? 0 : strcmp(behind, "bias") == 0 ? 2 : 1;
         void *lt = getenv("FW_LT_DLSYM") != NULL ? dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_NOLOAD) : NULL;
         if (lt != NULL && dlsym(lt, "cublasLtMatmulDescSetAttribute") == NULL)
             return -1;
@@ -361,9 +370,12 @@ static long long fw_replay_matmul(char **tok, int n, uintptr_t stream)
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, 4);
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, 4);
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
-    if (fw_lt_behind) {
+    if (fw_lt_behind == 1) {
         int32_t flipped = tb ^ 1;
         fake_attrs_set((struct fake_attrs *)desc, CUBLASLT_MATMUL_DESC_TRANSB, &flipped, 4);
+    } else if (fw_lt_behind == 2 && bias != NULL) {
+        void *moved = (char *)bias + 0x100;
+        fake_attrs_set((struct fake_attrs *)desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &moved, sizeof(moved));
     }
     cublasLtMatrixLayout_t layout[4];
     for (int i = 0; i < 4; i++) {
@@ -495,6 +507,12 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
         return o.result;
     }
     case FW_INSERT_DEVICE_RESET: return cudaDeviceReset();
+    case FW_INSERT_CAT:
+    case FW_INSERT_CAT_INTO: {
+        uint64_t out = what == FW_INSERT_CAT_INTO ? ptr : 0x7000, inputs[2] = {what == FW_INSERT_CAT ? ptr : 0x7100, 0};
+        void *cat_args[2] = {&out, inputs};
+        return cuLaunchKernel((CUfunction)&fw_cat_kernel, 1, 2, 1, 128, 1, 1, 0, (CUstream)stream, cat_args, NULL);
+    }
     case FW_INSERT_COUNT: break;
     }
     return -1;

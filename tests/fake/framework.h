@@ -28,6 +28,8 @@ enum fw_insert {
     FW_INSERT_CALLBACK,     /* cuStreamAddCallback on that stream */
     FW_INSERT_OTHER_THREAD, /* a launch of another kernel on that stream, made by another thread (joined) */
     FW_INSERT_DEVICE_RESET, /* cudaDeviceReset */
+    FW_INSERT_CAT,          /* a launch of PyTorch's cat kernel reading insert_ptr (an input) into 0x7000 */
+    FW_INSERT_CAT_INTO,     /* the same writing into insert_ptr (the output) */
     FW_INSERT_COUNT
 };
 

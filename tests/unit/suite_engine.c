@@ -312,7 +312,7 @@ END_TEST
 
 static const char *const t_insert_names[FW_INSERT_COUNT] = {
     "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream", "nccl", "copy_2d", "callback",
-    "other_thread", "device_reset",
+    "other_thread", "device_reset", "cat", "cat_into",
 };
 
 /* The groups of the instance that a call inserted before its call p
@@ -1125,6 +1125,25 @@ START_TEST(lt_shadow_check_finds_a_change_past_the_wrappers)
 }
 END_TEST
 
+/* A bias pointer moved past the wrappers: the bias is read at every GEMM,
+ * so the wiring no longer matches and the block runs as the program made
+ * it, exactly (weight_cache never points a GEMM at another bias's copy). */
+START_TEST(lt_shadow_reads_the_bias_pointer_always)
+{
+    static const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FW_LT_BEHIND=bias", NULL};
+    static const char *const base_env[] = {"H3SHIM_DISABLE=1", "FW_LT_BEHIND=bias", NULL};
+    char *base = replay_with("lt-bias-base", base_env, NULL);
+    char *stats;
+    char *log = replay_with("lt-bias", env, &stats);
+    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 0 complete") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache 0 groups run") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
 /* A descriptor function looked up on cuBLASLt's handle may be called past
  * the wrappers: the descriptors made by the object that looked it up are
  * read in full; another object's are still remembered. */
@@ -1275,6 +1294,26 @@ START_TEST(weight_cache_drops_a_copy_a_launch_may_write)
      * between the weights: that copy is dropped and made again. */
     free(replay_wc_after_insert("wc-launch-write", FW_INSERT_KERNEL, fifth_weight() + 4096,
                                 T_WANT("47 hits, 25 fills, 1 drops", "the first drop was at __cudaLaunchKernel of ")));
+}
+END_TEST
+
+START_TEST(weight_cache_keeps_a_copy_a_cat_reads)
+{
+    learn_block();
+    /* PyTorch's cat with the fifth instance's to_qkv weight in its inputs'
+     * list (as a stale slot past the inputs it copies may hold): a cat
+     * writes only its output, so no copy is dropped. */
+    free(replay_wc_after_insert("wc-cat-reads", FW_INSERT_CAT, fifth_weight() + 4096,
+                                T_WANT("48 hits, 24 fills, 0 drops")));
+}
+END_TEST
+
+START_TEST(weight_cache_drops_a_copy_a_cat_writes)
+{
+    learn_block();
+    /* The same cat writing into that weight (torch.cat(..., out=w)): dropped. */
+    free(replay_wc_after_insert("wc-cat-writes", FW_INSERT_CAT_INTO, fifth_weight() + 4096,
+                                T_WANT("47 hits, 25 fills, 1 drops", "the first drop was at cuLaunchKernel of ")));
 }
 END_TEST
 
@@ -1617,12 +1656,15 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, lt_shadow_describes_block_gemms_as_reads_do);
     tcase_add_test(ops, lt_shadow_check_finds_a_change_past_the_wrappers);
     tcase_add_test(ops, lt_shadow_off_after_a_dlsym_of_descriptor_functions);
+    tcase_add_test(ops, lt_shadow_reads_the_bias_pointer_always);
     tcase_add_test(ops, weight_cache_drops_a_copy_whose_source_is_written);
     tcase_add_test(ops, weight_cache_falls_back_exactly);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_launch_may_write);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_launch_may_write_at_its_end);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_2d_copy_writes);
     tcase_add_test(ops, weight_cache_drops_everything_at_an_nccl_launch);
+    tcase_add_test(ops, weight_cache_keeps_a_copy_a_cat_reads);
+    tcase_add_test(ops, weight_cache_drops_a_copy_a_cat_writes);
     tcase_add_loop_test(ops, weight_cache_in_a_graph_refills_what_was_dropped, 0, 2);
     tcase_add_loop_test(ops, capture_status_is_asked_only_while_a_capture_is_open, 0, 3);
     tcase_add_test(ops, a_capture_ended_unseen_makes_the_shim_ask_again);
