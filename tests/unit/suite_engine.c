@@ -763,6 +763,24 @@ START_TEST(swiglu_falls_back_where_its_output_lands_in_its_input)
 }
 END_TEST
 
+#define T_WANT(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* Replays with `base_env`, then with `env`: the second run's stats hold
+ * every line of `want`, and the fakes executed the same calls in both. */
+static void expect_same_calls(const char *tag, const char *const *base_env, const char *const *env,
+                              const char *const *want)
+{
+    char *base = replay_with("same-calls-base", base_env, NULL);
+    char *stats;
+    char *log = replay_with(tag, env, &stats);
+    for (; *want != NULL; want++)
+        ck_assert_msg(strstr(stats, *want) != NULL, "%s: expected '%s' in\n%s", tag, *want, tail_of(stats));
+    ck_assert_msg(strcmp(base, log) == 0, "%s: the fakes executed another stream of calls", tag);
+    free(stats);
+    free(log);
+    free(base);
+}
+
 START_TEST(an_op_falls_back_while_another_in_its_group_runs)
 {
     /* weight_cache cannot run (no room for copies) in the groups where
@@ -771,15 +789,9 @@ START_TEST(an_op_falls_back_while_another_in_its_group_runs)
     static const char *const nc[] = {"H3SHIM_OP_NORM_CAST=1", NULL};
     static const char *const both[] = {"H3SHIM_OP_NORM_CAST=1", "H3SHIM_OP_WEIGHT_CACHE=1",
                                        "H3SHIM_WEIGHT_CACHE_MAX_MB=0", NULL};
-    char *alone = replay_with("nc-alone", nc, NULL);
-    char *stats;
-    char *log = replay_with("nc-wc-full", both, &stats);
-    ck_assert_msg(strstr(stats, "op norm_cast    18 groups run (36 calls)") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "op weight_cache fallback cache_full           36") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strcmp(alone, log) == 0, "the fakes executed another stream of calls");
-    free(stats);
-    free(log);
-    free(alone);
+    expect_same_calls("nc-wc-full", nc, both,
+                      T_WANT("op norm_cast    18 groups run (36 calls)",
+                             "op weight_cache fallback cache_full           36"));
 }
 END_TEST
 
@@ -1132,15 +1144,8 @@ START_TEST(lt_shadow_reads_the_bias_pointer_always)
 {
     static const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FW_LT_BEHIND=bias", NULL};
     static const char *const base_env[] = {"H3SHIM_DISABLE=1", "FW_LT_BEHIND=bias", NULL};
-    char *base = replay_with("lt-bias-base", base_env, NULL);
-    char *stats;
-    char *log = replay_with("lt-bias", env, &stats);
-    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 0 complete") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "op weight_cache 0 groups run") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
-    free(stats);
-    free(log);
-    free(base);
+    expect_same_calls("lt-bias", base_env, env,
+                      T_WANT("minimax-h3-vae-decoder/block: 0 complete", "op weight_cache 0 groups run"));
 }
 END_TEST
 
@@ -1263,7 +1268,6 @@ static uintptr_t fifth_weight(void)
 /* Replays with weight_cache on and `what` (at `ptr`) inserted right before
  * the fifth instance (learn_block() first); the stats must hold each of
  * `want` (NULL-terminated).  Returns the fakes' log. */
-#define T_WANT(...) ((const char *const[]){__VA_ARGS__, NULL})
 static char *replay_wc_after_insert(const char *tag, enum fw_insert what, uintptr_t ptr, const char *const *want)
 {
     t_run.opts = (struct fw_replay_opts){t_block.start, what, 0, 0, ptr};
