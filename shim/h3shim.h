@@ -841,9 +841,9 @@ void h3_lt_print_stats(void (*line)(const char *fmt, ...));
 void h3_lt_after_fork_child(void);
 /* dlsym of a cuBLASLt function on a library handle, from code at `caller`:
  * calls made through what it returns bypass the wrappers, so descriptors
- * that the object holding `caller` creates are never remembered (NVIDIA's
- * libcublas looks cuBLASLt's descriptor functions up for its own).  Safe
- * before h3_init(). */
+ * that the object holding `caller` creates are never remembered (cuDNN's
+ * precompiled engines look cuBLASLt's descriptor functions up for their
+ * own).  Safe before h3_init(). */
 void h3_lt_note_lookup(const char *name, const void *caller);
 
 /* ---- cudnn.c ---- */

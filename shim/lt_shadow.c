@@ -15,7 +15,7 @@
  *     thread's matcher expects a GEMM (the block's; another model's GEMMs
  *     are never remembered) and only if the code creating it never looked
  *     the descriptor functions up with dlsym (calls through such pointers
- *     bypass the wrappers; libcublas does so for its own descriptors); it
+ *     bypass the wrappers; cuDNN's engines do so for their own); it
  *     is forgotten at its Destroy or Init; every SetAttribute on a
  *     remembered handle updates it, or forgets it when the value is not one
  *     the shim can mirror.

@@ -49,9 +49,8 @@ static void h3_match_count_lookalike(unsigned s);
 static pthread_key_t h3_match_key;
 static pthread_once_t h3_match_key_once = PTHREAD_ONCE_INIT;
 
-/* This thread's matcher, as the key holds it: read on every call, so kept
- * where the thread's other hot words are (the key keeps the destructor). */
-
+/* The key holds this thread's matcher for its destructor; every call reads
+ * it from h3_thread.matcher, beside the thread's other hot words. */
 static void h3_matcher_free(void *arg)
 {
     struct h3_matcher *m = arg;
