@@ -149,7 +149,6 @@ int h3_config_load(char *const *envp)
             problems++;
         }
     }
-    h3_hot.stats = h3_config.stats;
     return problems;
 }
 

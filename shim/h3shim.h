@@ -166,7 +166,7 @@ void h3_log_expand_path(const char *pattern, char *out, size_t outlen);
 struct h3_hot {
     atomic_int state;    /* init.c: 0 = not initialised, 1 = active, 2 = disabled */
     bool observe;        /* init.c: trace, stats or the matcher wants the calls */
-    bool stats;          /* config.c: H3SHIM_STATS (h3_config.stats) */
+    bool stats;          /* init.c: H3SHIM_STATS (h3_config.stats) */
     bool trace_on;       /* trace.c: a trace is being written */
     bool match_on;       /* init.c: calls are matched (H3SHIM_MATCH or the engine, and a signature) */
     bool engine_on;      /* engine.c: the engine may defer launches */

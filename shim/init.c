@@ -26,6 +26,7 @@ static void h3_init_run(void)
 {
     h3_thread.depth++;
     h3_config_load(environ);
+    h3_hot.stats = h3_config.stats;
     h3_log_setup();
     h3_config_report();
     if (h3_config.disable) {
