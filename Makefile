@@ -42,7 +42,7 @@ KERNEL_ARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,
                -gencode arch=compute_103a,code=sm_103a -gencode arch=compute_90,code=compute_90
 SHIM_HDR  := $(wildcard shim/*.h shim/*.def kernels/*.h) shim/exports.map
 
-.PHONY: all check check-asan check-release check-tailjump check-exports check-record check-scripts bench-cpu env-table clean cuda-headers
+.PHONY: all check check-asan check-release check-tailjump check-exports check-record check-scripts check-fuzz-corpus bench-cpu env-table clean cuda-headers
 
 all: $(B)/libh3shim.so
 

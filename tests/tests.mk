@@ -150,7 +150,19 @@ check-install: $(B)/libh3shim.so $(B)/h3sig $(B)/bench/bench_cpu
 	  || { echo "the installed library did not load its installed signatures"; exit 1; }
 	@echo "== make install: the installed library loads the installed signatures"
 
-check: check-exports check-tailjump check-readme check-record check-scripts check-install check-asan check-release
+check: check-exports check-tailjump check-readme check-record check-scripts check-install check-fuzz-corpus check-asan check-release
+
+# The fuzz targets, built with the sanitizers and a plain main, over their
+# corpora (make fuzz and fuzz-config run libFuzzer itself, with clang).
+$(B)/fuzz-replay/%: tests/fuzz/%.c tests/fuzz/replay_main.c shim/sigfile.c shim/config.c shim/log.c $(SHIM_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) -Wno-missing-prototypes -O1 -g $(SANITIZE) $(CUDA_CFLAGS) -Ishim -o $@ \
+	  $< tests/fuzz/replay_main.c $(if $(findstring sigfile,$*),shim/sigfile.c,shim/config.c shim/log.c)
+
+check-fuzz-corpus: $(B)/fuzz-replay/fuzz_sigfile $(B)/fuzz-replay/fuzz_config
+	@echo "== the fuzz targets over their corpora"
+	$(B)/fuzz-replay/fuzz_sigfile tests/fuzz/corpus/*
+	$(B)/fuzz-replay/fuzz_config tests/fuzz/corpus-config/*
 
 $(B)/envtable: tests/tools/envtable.c shim/config.def
 	@mkdir -p $(@D)

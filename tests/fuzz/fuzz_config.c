@@ -26,7 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     h3_config_load(envp);
     if (h3_config.trace_backtrace < 0 || h3_config.trace_backtrace > 64 || h3_config.debug_level < 0 ||
         h3_config.debug_level > 2 || h3_config.trace_format < 0 || h3_config.trace_format > 1 ||
-        h3_config.trace_path == NULL || h3_config.debug_subsys == NULL)
+        h3_config.trace_path == NULL || h3_config.debug_subsys == NULL || h3_config.lt_shadow < 0 ||
+        h3_config.lt_shadow > 2)
         __builtin_trap();
     free(text);
     return 0;
