@@ -146,7 +146,12 @@ def floor_main(a, gpu, torch):
         ratios = [x["own_us_per_block"] / y["own_us_per_block"] for x, y in zip(runs["T"], runs["TB"])
                   if x.get("own_us_per_block") and y.get("own_us_per_block")]
         summary["T_over_TB_by_round"] = ratios
-        summary["T_over_TB"] = med(ratios)
+        summary["T_over_TB"], lo, hi = shimstats.median_interval(ratios)
+        summary["T_over_TB_interval_95"] = [lo, hi]
+    for t in ("T", "TB"):
+        if summary.get(t, {}).get("own_over_floor_by_round"):
+            _, lo, hi = shimstats.median_interval(summary[t]["own_over_floor_by_round"])
+            summary[t]["own_over_floor_interval_95"] = [lo, hi]
     doc = {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "clock": clock(), "latent": a.latent,
            "shim": a.shim, "shim_b": a.shim_b, "env_b": a.env_b, "rounds": a.rounds, "pin": a.pin, "summary": summary,
            "runs": runs}
@@ -174,12 +179,15 @@ def floor_main(a, gpu, torch):
                      f"{last.get('complete', '-')}, {last.get('broken', '-')} |")
     for t in ("T", "TB"):
         if summary.get(t, {}).get("own_over_floor_paired") is not None:
+            lo, hi = summary[t].get("own_over_floor_interval_95", [None, None])
             lines += ["", f"{t} over the A of the same round: " + ", ".join(
                 f"{x * 100:.2f}%" for x in summary[t]["own_over_floor_by_round"]) +
-                f"; median {summary[t]['own_over_floor_paired'] * 100:.2f}%"]
+                f"; median {summary[t]['own_over_floor_paired'] * 100:.2f}%" +
+                (f" (bootstrap 95% interval of the median {lo * 100:.2f}-{hi * 100:.2f}%)" if lo is not None else "")]
     if summary.get("T_over_TB") is not None:
+        lo, hi = summary["T_over_TB_interval_95"]
         lines += ["", "T over TB, round by round: " + ", ".join(f"{x:.3f}" for x in summary["T_over_TB_by_round"]) +
-                  f"; median {summary['T_over_TB']:.3f}"]
+                  f"; median {summary['T_over_TB']:.3f} (bootstrap 95% interval of the median {lo:.3f}-{hi:.3f})"]
     if a.pin:
         lines += ["", f"Every process ran on CPUs {a.pin} (taskset)."]
     lines += ["", "Per round: " + "; ".join(

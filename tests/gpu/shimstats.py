@@ -111,6 +111,22 @@ def ops_verdict(stats, blocks, ops):
     return ok, text
 
 
+def median_interval(values, level=0.95, draws=4000, seed=1):
+    """The median of `values` and a bootstrap percentile interval for it
+    (resampling the values with replacement, a fixed seed so that a report is
+    reproducible): with a few rounds on a host whose speed swings, the
+    interval says how little one median settles."""
+    import random
+    import statistics
+    if not values:
+        return None, None, None
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    lo = meds[int((1 - level) / 2 * draws)]
+    hi = meds[min(draws - 1, int((1 + level) / 2 * draws))]
+    return statistics.median(values), lo, hi
+
+
 def write_evidence(gpu, name, doc, lines):
     """Writes tests/evidence/<date>-<gpu>-<name>.json (doc) and .md (lines),
     prints the markdown, and copies both to $OUT when set."""

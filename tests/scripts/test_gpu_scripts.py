@@ -129,5 +129,24 @@ class RobustDeadline(unittest.TestCase):
         self.assertEqual(w["doc"]["items"]["workloads"]["rounds_done"], 1)
 
 
+class MedianInterval(unittest.TestCase):
+    """shimstats.median_interval: what a few noisy rounds settle."""
+
+    def test_the_median_lies_in_its_interval(self):
+        med, lo, hi = shimstats.median_interval([1.461, 0.617, 0.843, 0.862])
+        self.assertAlmostEqual(med, 0.8525)
+        self.assertTrue(0.617 <= lo <= med <= hi <= 1.461)
+
+    def test_few_noisy_rounds_leave_a_wide_interval_and_many_steady_ones_a_narrow_one(self):
+        _, lo, hi = shimstats.median_interval([1.461, 0.617, 0.843, 0.862])
+        _, lo2, hi2 = shimstats.median_interval([0.85 + 0.001 * (i % 5) for i in range(40)])
+        self.assertGreater(hi - lo, 0.2)
+        self.assertLess(hi2 - lo2, 0.01)
+
+    def test_reproducible_and_empty(self):
+        self.assertEqual(shimstats.median_interval([3, 1, 2]), shimstats.median_interval([3, 1, 2]))
+        self.assertEqual(shimstats.median_interval([]), (None, None, None))
+
+
 if __name__ == "__main__":
     unittest.main()
