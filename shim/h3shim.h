@@ -812,6 +812,11 @@ static inline int64_t h3_lt_widen(const void *buf, size_t size)
     memcpy(&v, buf, 8);
     return v;
 }
+/* A pointer attribute as h3_lt_int reads it: -1 (unread or unset) is none. */
+static inline const void *h3_lt_pointer(int64_t v)
+{
+    return v == -1 ? NULL : (const void *)(uintptr_t)v;
+}
 /* One integer attribute of `size` bytes read through `getter`, widened;
  * -1 when it cannot be read. */
 static inline int64_t h3_lt_int(void *getter, const void *obj, int attr, size_t size)
@@ -825,6 +830,28 @@ static inline int64_t h3_lt_int(void *getter, const void *obj, int attr, size_t 
 /* Whether a descriptor or layout that code at `caller` creates now would be
  * remembered (the wrapper forwards at once when not). */
 bool h3_lt_create_wanted(const void *caller);
+/* Whether configuration call `fn` has anything for lt_shadow.c to remember:
+ * 1 or 0, or -1 when `fn` is none of its entry points.  Inline, so that each
+ * wrapper's constant `fn` folds it to its one test: a Create only while this
+ * thread's matcher expects a GEMM, anything else only while a handle is
+ * remembered. */
+static inline int h3_lt_config_wanted(enum h3_fn fn, const void *caller)
+{
+    switch (fn) {
+    case H3_FN_cublasLtMatmulDescCreate:
+    case H3_FN_cublasLtMatrixLayoutCreate:
+        return h3_hot.lt_remember && h3_thread.expects_matmul && h3_lt_create_wanted(caller);
+    case H3_FN_cublasLtMatmulDescSetAttribute:
+    case H3_FN_cublasLtMatmulDescDestroy:
+    case H3_FN_cublasLtMatmulDescInit_internal:
+    case H3_FN_cublasLtMatrixLayoutSetAttribute:
+    case H3_FN_cublasLtMatrixLayoutDestroy:
+    case H3_FN_cublasLtMatrixLayoutInit_internal:
+        return atomic_load_explicit(&h3_hot.lt_live, memory_order_relaxed) != 0;
+    default:
+        return -1;
+    }
+}
 /* A descriptor or layout created by the code at `caller` (the wrapper's return address). */
 void h3_lt_note_desc_create(const cublasLtMatmulDesc_t *desc, int compute, int scale, const void *caller);
 void h3_lt_note_layout_create(const cublasLtMatrixLayout_t *layout, int type, uint64_t rows, uint64_t cols, int64_t ld,

@@ -147,7 +147,7 @@ static inline bool h3_call_unwanted_fast(void)
 
 /*
  * Whether configuration call `fn` (from code at `caller`) has anything to
- * remember: a constant `fn` in each wrapper folds this to the one test it
+ * remember; a constant `fn` in each wrapper folds this to the one test it
  * needs.  Before the shim is initialised it says yes (the slow path
  * initialises it).  Else the call is forwarded with a tail jump: another
  * model's cuBLASLt descriptors, which lt_shadow.c never remembers, cost it
@@ -160,20 +160,7 @@ static inline bool h3_config_wanted(enum h3_fn fn, const void *caller)
         return state == 0;
     if (!h3_hot.observe)
         return false;
-    switch (fn) {
-    case H3_FN_cublasLtMatmulDescCreate:
-    case H3_FN_cublasLtMatrixLayoutCreate:
-        return h3_hot.lt_remember && h3_thread.expects_matmul && h3_lt_create_wanted(caller);
-    case H3_FN_cublasLtMatmulDescSetAttribute:
-    case H3_FN_cublasLtMatmulDescDestroy:
-    case H3_FN_cublasLtMatmulDescInit_internal:
-    case H3_FN_cublasLtMatrixLayoutSetAttribute:
-    case H3_FN_cublasLtMatrixLayoutDestroy:
-    case H3_FN_cublasLtMatrixLayoutInit_internal:
-        return atomic_load_explicit(&h3_hot.lt_live, memory_order_relaxed) != 0;
-    default:
-        return true;
-    }
+    return h3_lt_config_wanted(fn, caller) != 0; /* -1: not lt_shadow's, always wanted */
 }
 
 #define H3_UNPAREN(...) __VA_ARGS__

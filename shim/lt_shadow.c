@@ -359,7 +359,7 @@ static void h3_lt_desc_from(struct h3_lt_desc *lt, const int64_t *v)
     lt->transb = (int32_t)v[3];
     lt->epilogue = (int32_t)v[4];
     lt->bias_type = (int32_t)v[5];
-    lt->bias = v[6] == -1 ? NULL : (const void *)(uintptr_t)v[6];
+    lt->bias = h3_lt_pointer(v[6]);
 }
 
 static void h3_lt_layout_from(struct h3_lt_layout *l, const int64_t *v)
@@ -485,9 +485,8 @@ void h3_lt_describe(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo)
         /* The one pointer among them is always read: weight_cache points
          * the bias at its copy of what this says, so even a descriptor
          * changed past the wrappers cannot make a GEMM add another bias. */
-        int64_t bias = h3_lt_int((void *)H3_LIB_FN(CUBLASLT, cublasLtMatmulDescGetAttribute), lt->desc,
-                                 CUBLASLT_MATMUL_DESC_BIAS_POINTER, sizeof(void *));
-        lt->bias = bias == -1 ? NULL : (const void *)(uintptr_t)bias;
+        lt->bias = h3_lt_pointer(h3_lt_int((void *)H3_LIB_FN(CUBLASLT, cublasLtMatmulDescGetAttribute), lt->desc,
+                                           CUBLASLT_MATMUL_DESC_BIAS_POINTER, sizeof(void *)));
     }
     if (h3_hot.stats)
         atomic_fetch_add_explicit(remembered ? &h3_lt.served : &h3_lt.read_in_full, 1, memory_order_relaxed);

@@ -36,9 +36,6 @@ H3_GETTER(CUDA, PFN_cuKernelGetParamInfo_v12040, cuKernelGetParamInfo)
 H3_GETTER(CUDA, PFN_cuFuncGetParamInfo_v12040, cuFuncGetParamInfo)
 H3_GETTER(CUDA, PFN_cuCtxGetDevice_v2000, cuCtxGetDevice)
 H3_GETTER(CUDART, __typeof__(&cudaGetFuncBySymbol), cudaGetFuncBySymbol)
-H3_GETTER(CUBLASLT, __typeof__(&cublasLtMatmulDescGetAttribute), cublasLtMatmulDescGetAttribute)
-H3_GETTER(CUBLASLT, __typeof__(&cublasLtMatrixLayoutGetAttribute), cublasLtMatrixLayoutGetAttribute)
-H3_GETTER(CUBLASLT, __typeof__(&cublasLtMatmulAlgoConfigGetAttribute), cublasLtMatmulAlgoConfigGetAttribute)
 H3_GETTER(CUBLAS, __typeof__(&cublasGetStream_v2), cublasGetStream_v2)
 H3_GETTER(CUDNN, __typeof__(&cudnnGetStream), cudnnGetStream)
 #undef H3_GETTER
@@ -280,8 +277,8 @@ void h3_desc_lt_matmul(struct h3_call *c, cublasLtHandle_t handle, cublasLtMatmu
         /* No one reads more than the pointers and the shape (the matcher's
          * look-alike count): 5 attribute reads instead of about 44, which
          * is most of the shim's time on a GEMM of another model. */
-        void *g = (void *)h3_get_cublasLtMatmulDescGetAttribute();
-        void *gl = (void *)h3_get_cublasLtMatrixLayoutGetAttribute();
+        void *g = (void *)H3_LIB_FN(CUBLASLT, cublasLtMatmulDescGetAttribute);
+        void *gl = (void *)H3_LIB_FN(CUBLASLT, cublasLtMatrixLayoutGetAttribute);
         lt->transa = (int32_t)h3_lt_int(g, desc, CUBLASLT_MATMUL_DESC_TRANSA, 4);
         lt->m = h3_lt_int(gl, Ddesc, CUBLASLT_MATRIX_LAYOUT_ROWS, 8);
         lt->n = h3_lt_int(gl, Ddesc, CUBLASLT_MATRIX_LAYOUT_COLS, 8);
