@@ -177,6 +177,7 @@ struct h3_hot {
     atomic_uint captures_recording; /* graphs.c, per capture: captures begun and not ended */
     atomic_uint lt_live; /* lt_shadow.c, per handle: cuBLASLt handles remembered */
     bool lt_remember;    /* init.c: H3SHIM_LT_SHADOW on and calls matched */
+    atomic_bool paused;  /* init.c: h3shim_pause: observed entry points forward unobserved */
 } __attribute__((aligned(64)));
 extern struct h3_hot h3_hot;
 struct h3_queue;
@@ -969,6 +970,13 @@ void h3_stats_config_time(uint64_t ns);
 /* Exported: the shim's own host time, observed calls and time issuing for the
  * application so far (H3SHIM_STATS=1); 0, or -1 when not timed. */
 int h3shim_host_time(unsigned long long *own_ns, unsigned long long *calls, unsigned long long *issuing_ns);
+/* Exported, for measuring the shim inside one process: non-zero pauses
+ * observation (every launch, library and sync call forwarded as with the
+ * shim disabled; configuration calls are still remembered), zero resumes.
+ * 0, or -1 with nothing changed: pausing while launches are held, a
+ * capture is open, weight copies exist or a trace is written, or the shim
+ * is not active. */
+int h3shim_pause(int on);
 
 /* Host time, during the current observed call of this thread, of the real
  * calls the shim made for the application: held launches issued, ops'

@@ -31,7 +31,8 @@ H3_LIB_LIST(H3_X)
  */
 static inline bool h3_call_wanted(void)
 {
-    return H3_LIKELY(h3_thread.depth == 0) && h3_state_now() == 1 && h3_hot.observe;
+    return H3_LIKELY(h3_thread.depth == 0) && h3_state_now() == 1 && h3_hot.observe &&
+           !atomic_load_explicit(&h3_hot.paused, memory_order_relaxed);
 }
 
 /* Starts observing a call that h3_call_wanted() accepted. */
@@ -98,14 +99,15 @@ static inline void h3_call_end(struct h3_call *c, long long result)
 /*
  * Whether a call can be forwarded at once, decided from plain loads only (no
  * function call, so the exported wrapper needs no frame): nested, disabled,
- * or active with nothing observing.  Anything else takes the slow path.
+ * or active with nothing observing or observation paused (h3shim_pause).  Anything else takes the slow path.
  */
 static inline bool h3_call_unwanted_fast(void)
 {
     if (h3_thread.depth != 0)
         return true;
     int state = atomic_load_explicit(&h3_hot.state, memory_order_acquire);
-    return state == 2 || (state == 1 && !h3_hot.observe);
+    return state == 2 ||
+           (state == 1 && (!h3_hot.observe || atomic_load_explicit(&h3_hot.paused, memory_order_relaxed)));
 }
 
 /*

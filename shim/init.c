@@ -1,8 +1,8 @@
 /*
  * Process-wide state and the one lazy initialisation.
  *
- * Owns: h3_hot.state, h3_hot.observe, the thread-local re-entrancy depth, and the
- * process exit hook.
+ * Owns: h3_hot.state, h3_hot.observe, h3_hot.paused, the thread-local
+ * re-entrancy depth, and the process exit hook.
  * Invariants: h3_init() is idempotent and thread-safe; it reads the
  * environment, sets up logging, the trace and fork handling, and touches no
  * CUDA library.  There is no constructor that does work: the first
@@ -54,6 +54,35 @@ void h3_init(void)
     if (h3_thread.depth != 0)
         return;
     pthread_once(&h3_init_once, h3_init_run);
+}
+
+/*
+ * Exported as h3shim_pause (h3shim.h): lets a program time the same loop
+ * with and without the shim's observation in one process, free of the
+ * swings between processes.  A pause is refused where an unobserved call
+ * could change what the shim does after it: launches held (they must be
+ * issued before anything later), a capture open (its end must be seen),
+ * weight copies (a write to their sources must be seen) or a trace (it
+ * would have a silent gap).  Configuration calls stay remembered, so the
+ * descriptors the shim knows stay true.  The calling thread's attempt at a
+ * block, if any, breaks here: calls it will not see come next.
+ */
+H3_EXPORT int h3shim_pause(int on)
+{
+    if (h3_state_now() != 1)
+        return -1;
+    if (!on) {
+        atomic_store_explicit(&h3_hot.paused, false, memory_order_relaxed);
+        return 0;
+    }
+    if (atomic_load(&h3_hot.holding) != 0 || atomic_load(&h3_hot.captures_recording) != 0 ||
+        atomic_load(&h3_hot.wc_live) != 0 || h3_hot.trace_on)
+        return -1;
+    h3_thread.depth++;
+    h3_match_interrupt();
+    h3_thread.depth--;
+    atomic_store_explicit(&h3_hot.paused, true, memory_order_relaxed);
+    return 0;
 }
 
 /* At exit (or unload): the stats table and the end of the trace. */

@@ -71,16 +71,34 @@ def shim_host_time():
     return (own.value, calls.value) if fn(ctypes.byref(own), ctypes.byref(calls), ctypes.byref(issuing)) == 0 else None
 
 
+def shim_pause():
+    """The preloaded shim's h3shim_pause, or None (no shim)."""
+    import ctypes
+    try:
+        fn = ctypes.CDLL(None).h3shim_pause
+    except AttributeError:
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+    return fn
+
+
 def timed(fn, loops=7, iters=20, warmup=5):
     """(output, ms per iteration, shim): the median over `loops` of a warm loop of `iters`
     iterations timed by host clock to a device synchronisation (what a server sees: host
     dispatch and GPU time together, the launch gaps included); `shim`, under the shim with
     H3SHIM_STATS=1, is its own host time over those loops as a share of their wall time, and its
-    observed calls per iteration (measured in the process: no other process's noise in it)."""
+    observed calls per iteration (measured in the process: no other process's noise in it).
+    With H3_ROBUST_PAUSE=1 (arm P: the shim with its defaults, no stats), `shim` instead compares
+    loops with the shim observing against loops with its observation paused (h3shim_pause), in
+    pairs of alternating order in this one process: wall and host (the loop's dispatch, before
+    its synchronisation) times, and whether both kinds of loop gave the same bits."""
     import torch
     for _ in range(warmup):
         out = fn()
     torch.cuda.synchronize()
+    pause = shim_pause() if os.environ.get("H3_ROBUST_PAUSE") == "1" else None
+    if pause is not None:
+        return paired(fn, pause, 2 * loops + 1, iters, out)
     times = []
     before = shim_host_time()
     for _ in range(loops):
@@ -97,6 +115,34 @@ def timed(fn, loops=7, iters=20, warmup=5):
     return out, statistics.median(times), shim
 
 
+def paired(fn, pause, pairs, iters, out):
+    """timed()'s arm P: `pairs` pairs of loops, one observed and one paused, alternating which
+    goes first; the medians of the pairs' ratios, observed over paused."""
+    import torch
+    wall, host, ms, outs = [], [], [], {}
+    for i in range(pairs):
+        got = {}
+        for paused in ((True, False) if i % 2 == 0 else (False, True)):
+            if pause(1 if paused else 0) != 0:
+                pause(0)
+                return out, None, {"pause_refused": True}
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                out = fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            got[paused] = (t2 - t0, t1 - t0)
+            outs.setdefault(paused, sha(out))
+        pause(0)
+        wall.append(got[False][0] / got[True][0])
+        host.append(got[False][1] / got[True][1])
+        ms.append(got[False][0] * 1e3 / iters)
+    return out, statistics.median(ms), {"observed_over_paused": statistics.median(wall),
+                                        "host_observed_over_paused": statistics.median(host),
+                                        "pairs": pairs, "paused_same_bits": outs[True] == outs[False]}
+
+
 def child_workloads():
     import torch
     import torch.nn as nn
@@ -110,6 +156,8 @@ def child_workloads():
         with torch.inference_mode():
             out, ms, shim = timed(fn)
         res[name] = {"sha256": sha(out.float() if out.dtype != torch.float32 else out), "ms": ms}
+        if shim is not None and shim.get("paused_same_bits") is False:  # fails the item: no process gives this
+            res[name]["sha256"] += " (but its loops with the shim paused gave other bits)"
         if shim is not None:
             res[name]["shim"] = shim
 
@@ -378,9 +426,14 @@ def child_nccl():
 
 # --------------------------------------------------------------- parent side
 
-def run_child(item, shim):
+def run_child(item, shim, paired_in_process=False):
+    """One child process for `item`: without the shim, with it (stats on) or, with
+    `paired_in_process`, with its plain defaults and the workloads timed in pairs (arm P)."""
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
-    if shim:
+    env.pop("H3_ROBUST_PAUSE", None)
+    if shim and paired_in_process:
+        env.update(LD_PRELOAD=shim, H3_ROBUST_PAUSE="1")
+    elif shim:
         env.update(LD_PRELOAD=shim, H3SHIM_STATS="1")
     t0 = time.time()
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", item], env=env, capture_output=True,
@@ -390,7 +443,7 @@ def run_child(item, shim):
         out["result"] = json.loads(p.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         out["error"] = p.stderr[-1500:]
-    if shim:  # every process's block line (a child's too), then at most 20 more
+    if shim and not paired_in_process:  # every process's block line (a child's too), then at most 20 more
         lines = p.stderr.splitlines()
         out["shim_stats"] = [ln for ln in lines if "stats: signature" in ln] + \
             [ln for ln in lines if "stats: op " in ln or "WARN" in ln or "ERROR" in ln][:20]
@@ -440,16 +493,17 @@ def main():
     doc, ok, lines = {"rounds": a.rounds, "items": {}}, True, []
     started, longest = time.time(), 0.0
     for item in a.items.split(","):
-        runs = {"A": [], "S": []}
+        arms = ("A", "S", "P") if item == "workloads" else ("A", "S")
+        runs = {arm: [] for arm in arms}
         rounds_done = 0
-        for rnd in range(a.rounds):  # A S, S A, A S, ...: neither arm always goes first
+        for rnd in range(a.rounds):  # the arms rotate: none always goes first
             if a.deadline and time.time() - started + longest > a.deadline and rounds_done > 0:
                 break  # a round like the longest so far would outrun the caller's limit
             t0 = time.time()
-            for arm in (("A", "S") if rnd % 2 == 0 else ("S", "A")):
-                runs[arm].append(run_child(item, a.shim if arm == "S" else None))
+            for arm in arms[rnd % len(arms):] + arms[:rnd % len(arms)]:
+                runs[arm].append(run_child(item, a.shim if arm != "A" else None, paired_in_process=arm == "P"))
             longest, rounds_done = max(longest, time.time() - t0), rounds_done + 1
-        flats = [flatten(r.get("result")) for arm in ("A", "S") for r in runs[arm]]
+        flats = [flatten(r.get("result")) for arm in arms for r in runs[arm]]
         keys = sorted(set().union(*flats))
         outputs = {}
         for k in keys:
@@ -493,6 +547,15 @@ def main():
                 if shares:  # the shim's own time / wall time, in the process: the overhead, without noise
                     over.setdefault(k, {})["shim_own_share"] = max(shares)
                     over[k]["shim_own_share_rounds"] = shares
+                pairs = [p["result"][k]["shim"] for p in runs["P"]
+                         if "observed_over_paused" in ((p.get("result") or {}).get(k, {}).get("shim") or {})]
+                if pairs:  # observed over paused, in one process: the end-to-end overhead with the defaults
+                    over.setdefault(k, {})["observed_over_paused"] = statistics.median(
+                        x["observed_over_paused"] for x in pairs)
+                    over[k]["host_observed_over_paused"] = statistics.median(
+                        x["host_observed_over_paused"] for x in pairs)
+                    over[k]["observed_over_paused_rounds"] = [x["observed_over_paused"] for x in pairs]
+                    over[k]["host_observed_over_paused_rounds"] = [x["host_observed_over_paused"] for x in pairs]
             entry["overhead"] = over
         doc["items"][item] = entry
         ok &= item_ok
@@ -502,10 +565,14 @@ def main():
         for k, o in outputs.items():
             ratio = entry.get("overhead", {}).get(k, {}).get("ratio_shim_over_none")
             share = entry.get("overhead", {}).get(k, {}).get("shim_own_share")
+            pair = entry.get("overhead", {}).get(k, {})
             lines.append(f"- {k}: {'bitwise equal in every process' if o['same_in_every_process'] else 'DIFFERS: ' + str(o.get('values'))}"
                          + (f"; time with the shim / without: {ratio:.4f}" if ratio else "")
                          + (f"; the shim's own host time, in the process: {100 * share:.3f}% of the wall time "
-                            f"(the largest of the rounds)" if share is not None else ""))
+                            f"(the largest of the rounds)" if share is not None else "")
+                         + (f"; in one process, observing over paused (arm P, medians of the rounds' pair "
+                            f"medians): wall {pair['observed_over_paused']:.4f}, host dispatch "
+                            f"{pair['host_observed_over_paused']:.4f}" if "observed_over_paused" in pair else ""))
         stats = [ln for r in runs["S"] for ln in r.get("shim_stats", [])]
         lines.append("\nShim stats lines (arm S): " + ("; ".join(sorted(set(s.split("stats: ")[-1] for s in stats))) or "none"))
         lines.append("")
@@ -513,7 +580,9 @@ def main():
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no-gpu"
     head = [f"# The shim in real serving patterns (issue 7), {gpu}, {time.strftime('%Y-%m-%d')}", "",
             f"`tests/gpu/robust.py`, {a.rounds} rounds, arms alternating: A no shim, S the shim with its defaults "
-            f"(H3SHIM_STATS=1); torch {torch.__version__}.", ""]
+            f"(H3SHIM_STATS=1); for the workloads also P, the shim with its plain defaults (no stats), each "
+            f"workload timed in pairs of loops in one process, one with the shim observing and one with its "
+            f"observation paused (h3shim_pause); torch {torch.__version__}.", ""]
     shimstats.write_evidence(gpu, "robust" + a.tag, doc, head + lines + [f"Result: {'pass' if ok else 'FAIL'}"])
     return 0 if ok else 1
 

@@ -92,10 +92,13 @@ class RobustDeadline(unittest.TestCase):
     def run_main(self, rounds, deadline, child_seconds):
         clock = [1000.0]
 
-        def fake_child(item, shim):
+        def fake_child(item, shim, paired_in_process=False):
             clock[0] += child_seconds
-            return {"rc": 0, "seconds": child_seconds,
-                    "result": {"mlp": {"sha256": "ab", "ms": 2.0 if shim else 1.0}}}
+            result = {"mlp": {"sha256": "ab", "ms": 2.0 if shim else 1.0}}
+            if paired_in_process:
+                result["mlp"]["shim"] = {"observed_over_paused": 1.004, "host_observed_over_paused": 1.02,
+                                         "pairs": 15, "paused_same_bits": True}
+            return {"rc": 0, "seconds": child_seconds, "result": result}
 
         written = {}
 
@@ -113,11 +116,17 @@ class RobustDeadline(unittest.TestCase):
         return rc, written
 
     def test_stops_before_a_round_that_would_outrun(self):
-        rc, w = self.run_main(rounds=5, deadline=450, child_seconds=100)  # 200 s a round
+        rc, w = self.run_main(rounds=5, deadline=650, child_seconds=100)  # 300 s a round: arms A, S, P
         self.assertEqual(rc, 0)
         self.assertEqual(w["doc"]["items"]["workloads"]["rounds_done"], 2)
         self.assertEqual(len(w["doc"]["items"]["workloads"]["runs"]["A"]), 2)
-        self.assertIn("(stopped after 2 of 5 rounds: --deadline 450 s)\n", w["lines"])
+        self.assertIn("(stopped after 2 of 5 rounds: --deadline 650 s)\n", w["lines"])
+
+    def test_reports_the_paired_loops_of_arm_p(self):
+        rc, w = self.run_main(rounds=3, deadline=1000, child_seconds=10)
+        over = w["doc"]["items"]["workloads"]["overhead"]["mlp"]
+        self.assertEqual(over["observed_over_paused_rounds"], [1.004] * 3)
+        self.assertTrue(any("wall 1.0040, host dispatch 1.0200" in line for line in w["lines"]))
 
     def test_runs_every_round_within_the_deadline(self):
         rc, w = self.run_main(rounds=3, deadline=1000, child_seconds=100)

@@ -36,6 +36,7 @@ static struct {
     const char *replay; /* the replay file, relative to the repository (default: T_REPLAY) */
     struct fw_graph_opts graph; /* with launches: then the replay captured and launched (fw_graph) */
     bool end_capture_then_replay; /* then a capture's end on a stream, and the replay again */
+    bool paused_first; /* the replay once with observation paused (h3shim_pause), then as usual */
 } t_run;
 
 /* One line per executed call: launches as their "exec" entry, library calls
@@ -87,6 +88,11 @@ static void replay_child(void)
     if (t_run.trace != NULL)
         setenv("H3SHIM_TRACE", t_run.trace, 1);
     free(sigs);
+    int (*pause)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "h3shim_pause");
+    if (t_run.paused_first) {
+        if (pause == NULL || pause(1) != 0 || replay_thread(&t_run.opts) != NULL || pause(0) != 0)
+            exit(8);
+    }
     if (t_run.threads == 0) {
         if (replay_thread(&t_run.opts) != NULL)
             exit(4);
@@ -118,6 +124,8 @@ static void replay_child(void)
             exit(6);
         free(path);
     }
+    if (t_run.paused_first && pause(1) != -1) /* refused: weight copies exist now */
+        exit(9);
     if (t_run.end_capture_then_replay) {
         t_call("cudaStreamEndCapture", 1);
         if (replay_thread(&t_run.opts) != NULL)
@@ -1182,6 +1190,39 @@ START_TEST(lt_shadow_off_after_a_dlsym_of_descriptor_functions)
 }
 END_TEST
 
+/* A program can time its loop with and without the shim's observation in
+ * one process: paused, the calls are executed exactly as without the shim
+ * and nothing is matched or counted; resumed, the shim does all it does. */
+START_TEST(observation_paused_passes_every_call_through)
+{
+    char *base = replay_with("base", t_disabled, NULL);
+    char *once_stats;
+    char *once = replay_with("wc", t_wc, &once_stats);
+    t_run.paused_first = true;
+    char *stats;
+    char *log = replay_with("paused", t_wc, &stats);
+    t_run.paused_first = false;
+    /* The paused replay executed what no shim does, then the observed one
+     * what the shim does: the same launches as in a process of its own. */
+    size_t nb = strlen(base);
+    ck_assert_msg(strncmp(log, base, nb) == 0, "the paused replay executed another stream of calls");
+    /* (the copies' addresses differ from a fresh process's: compared by count) */
+    ck_assert_uint_eq(count_lines_starting(log + nb, "exec "), count_lines_starting(once, "exec "));
+    /* Only the observed replay was matched and counted. */
+    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 9 complete, 0 broken") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
+    long calls = stat_after(once_stats, "shim host time: ");
+    ck_assert_int_gt(calls, 0);
+    ck_assert_int_eq(stat_after(stats, "shim host time: "), calls);
+    free(stats);
+    free(log);
+    free(once_stats);
+    free(once);
+    free(base);
+}
+END_TEST
+
 START_TEST(weight_cache_casts_each_weight_once)
 {
     char *base = replay_with("base", t_disabled, NULL);
@@ -1657,6 +1698,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, swiglu_never_loads_its_kernels_during_capture);
     tcase_add_test(ops, every_fallback_reason_is_reachable);
     tcase_add_test(ops, weight_cache_casts_each_weight_once);
+    tcase_add_test(ops, observation_paused_passes_every_call_through);
     tcase_add_test(ops, lt_shadow_describes_block_gemms_as_reads_do);
     tcase_add_test(ops, lt_shadow_check_finds_a_change_past_the_wrappers);
     tcase_add_test(ops, lt_shadow_off_after_a_dlsym_of_descriptor_functions);
