@@ -27,6 +27,7 @@
 #   profile    serve.py --profile-block without and with the shim (defaults):
 #              one block at 1797 tokens, eager, graph replay and per-kernel
 #              GPU time (1 min)
+#   trace      a Chrome-format trace of one small request, gzipped (1 min)
 #   variants threads children compiled workloads nccl
 #              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min); each
 #              stops before a round that would outrun its limit and
@@ -113,6 +114,13 @@ for step in "${steps[@]}"; do
                     ${pre[@]+"${pre[@]}"} python3 scripts/serve.py --profile-block --json
                 mv "$work/profile-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-block-$arm.json"
             done ;;
+        trace)
+            # A Chrome-format trace of one small request (two blocks), gzipped,
+            # for scripts/perfetto_screenshot.sh on a machine with a display stack.
+            run trace 120 env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_TRACE="$work/trace.json" \
+                H3SHIM_TRACE_FORMAT=chrome python3 scripts/serve.py --latent 1,24,2,8,8 --blocks 2 --requests 1
+            gzip -c "$work/trace.json" >"$work/$(date +%F)-nvidia-h200-trace-chrome.json.gz"
+            rm -f "$work/trace.json" ;;
         variants|threads|children|compiled|nccl)
             run "$step" 300 python3 tests/gpu/robust.py --items "$step" --rounds 2 --deadline 250 --tag="-$step" ;;
         *) echo "session.sh: unknown step '$step'" >&2; status=2 ;;
