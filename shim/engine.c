@@ -610,6 +610,29 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q);
 static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h3_groups *g, uint32_t j, bool starts,
                            uint64_t allowed);
 
+/*
+ * Whether call `c` can be forwarded with no more look: nothing the engine,
+ * the matcher or weight_cache does can depend on it.  No launch is held
+ * (on any thread), no weight copy exists (nothing a call writes can make
+ * one stale), no capture is open (nothing is recorded into a graph), this
+ * thread has no attempt in progress (a call it did not expect would break
+ * it) and the call can begin none.  Capture edges, graph launches and
+ * calls that may end a context always take the whole way.  Most of
+ * another model's calls end here, and an H3 process's before its first
+ * block.
+ */
+static bool h3_engine_idle(const struct h3_call *c)
+{
+    if (h3_hot.trace_on || h3_thread.attempting ||
+        atomic_load_explicit(&h3_hot.holding, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&h3_hot.wc_live, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&h3_hot.captures_recording, memory_order_relaxed) != 0)
+        return false;
+    if (c->kind == H3_KIND_SYNC)
+        return c->capture_edge == 0 && !h3_ends_context(c->fn) && !h3_is_graph_launch(c->fn);
+    return h3_match_idle(c);
+}
+
 bool h3_engine_before(struct h3_call *c)
 {
     if (c->kind == H3_KIND_SYNC)
@@ -619,6 +642,10 @@ bool h3_engine_before(struct h3_call *c)
     if (!h3_hot.match_on) {
         if (h3_signatures_count() == 0)
             c->reason = "no_signatures";
+        return false;
+    }
+    if (h3_engine_idle(c)) {
+        c->reason = "idle";
         return false;
     }
     struct h3_queue *q = h3_thread.queue;

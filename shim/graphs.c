@@ -84,6 +84,12 @@ enum h3_capture_edge h3_capture_edge_of(enum h3_fn fn)
     }
 }
 
+bool h3_is_graph_launch(enum h3_fn fn)
+{
+    return fn == H3_FN_cudaGraphLaunch || fn == H3_FN_cudaGraphLaunch_ptsz || fn == H3_FN_cuGraphLaunch ||
+           fn == H3_FN_cuGraphLaunch_ptsz;
+}
+
 /* The driver's answer: is `stream` being captured (unknown counts as yes)? */
 static bool h3_driver_says_capturing(const void *stream)
 {

@@ -193,6 +193,7 @@ struct h3_thread {
     struct h3_queue *queue;     /* engine.c: this thread's held launches, once it has held one */
     struct h3_matcher *matcher; /* match.c: this thread's matcher, once it has matched a call */
     bool expects_matmul;        /* match.c: a signature expects a GEMM next (h3_match_wants_matmul, any stream) */
+    bool attempting;            /* match.c: an attempt at a signature is in progress (any stream) */
 } __attribute__((aligned(64)));
 extern __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_thread h3_thread;
 
@@ -519,6 +520,11 @@ void h3_match_reset(void);
 /* Ends every group in progress on this thread: a call that submits work or
  * synchronises came between its calls (counted as a break, cause "foreign"). */
 void h3_match_interrupt(void);
+/* Whether call `c` of a thread with no attempt in progress can neither
+ * begin one nor be counted by the matcher: a launch of a kernel found to be
+ * no signature's first call, a library call no signature begins with (a
+ * cuBLASLt GEMM without any signature's shape). */
+bool h3_match_idle(const struct h3_call *c);
 
 /* ---- engine.c: deferral, flush and the ops (H3SHIM_ENGINE) ---- */
 
@@ -716,6 +722,8 @@ bool h3_stream_capturing(const void *stream);
  * or into an existing one), or end one. */
 enum h3_capture_edge { H3_CAPTURE_NONE, H3_CAPTURE_BEGIN, H3_CAPTURE_BEGIN_INTO_GRAPH, H3_CAPTURE_END };
 enum h3_capture_edge h3_capture_edge_of(enum h3_fn fn);
+/* Whether `fn` launches a CUDA graph. */
+bool h3_is_graph_launch(enum h3_fn fn);
 /* Whether no capture is open anywhere in the process, as far as the shim
  * can tell (then a query that global-mode capture forbids is safe). */
 bool h3_captures_none(void);

@@ -311,6 +311,49 @@ bool h3_match_wants_matmul(const void *stream)
 static void h3_match_note_expectation(const struct h3_matcher *m)
 {
     h3_thread.expects_matmul = h3_match_wants_matmul_on(m, NULL, true);
+    bool attempting = false;
+    for (unsigned s = 0; m != NULL && s < m->nsigs; s++)
+        attempting |= m->p[s].next > 0;
+    h3_thread.attempting = attempting;
+}
+
+/* The signatures' first calls, gathered once: what can begin an attempt. */
+static struct {
+    pthread_once_t once;
+    uint64_t all;                 /* a bit per signature, as h3_kernel.not_first has them */
+    bool matmul, cudnn;           /* some signature begins with a GEMM, with a cuDNN execution */
+} h3_match_firsts = {PTHREAD_ONCE_INIT, 0, false, false};
+
+static void h3_match_firsts_gather(void)
+{
+    unsigned n = h3_signatures_count();
+    for (unsigned s = 0; s < n && s < H3_MATCH_MAX_SIGS; s++) {
+        const struct h3_sig *sig = h3_signatures_get(s);
+        h3_match_firsts.all |= 1ull << s;
+        h3_match_firsts.matmul |= sig->ncalls > 0 && sig->calls[0].kind == H3_SIG_MATMUL;
+        h3_match_firsts.cudnn |= sig->ncalls > 0 && sig->calls[0].kind == H3_SIG_CUDNN;
+    }
+}
+
+bool h3_match_idle(const struct h3_call *c)
+{
+    pthread_once(&h3_match_firsts.once, h3_match_firsts_gather);
+    if (c->kind == H3_KIND_LAUNCH) {
+        const struct h3_kernel *k = c->kernel;
+        uint64_t all = h3_match_firsts.all;
+        return k != NULL && (atomic_load_explicit(&k->not_first, memory_order_relaxed) & all) == all;
+    }
+    if (c->fn == H3_FN_cublasLtMatmul) {
+        if (h3_match_firsts.matmul)
+            return false;
+        for (unsigned s = 0; s < h3_signatures_count() && s < H3_MATCH_MAX_SIGS; s++)
+            if (h3_match_gemm_shape(h3_signatures_get(s), &c->u.lt))
+                return false; /* counted as a lookalike */
+        return true;
+    }
+    if (c->fn == H3_FN_cudnnBackendExecute)
+        return !h3_match_firsts.cudnn;
+    return true; /* no signature has any other library call */
 }
 
 void h3_match_interrupt(void)

@@ -503,15 +503,9 @@ void h3_wcache_observe(struct h3_call *c)
                 h3_graphs_begin(c->stream, edge == H3_CAPTURE_BEGIN_INTO_GRAPH);
             return;
         }
-        switch (c->fn) {
-        case H3_FN_cudaGraphLaunch:
-        case H3_FN_cudaGraphLaunch_ptsz:
-        case H3_FN_cuGraphLaunch:
-        case H3_FN_cuGraphLaunch_ptsz:
+        if (h3_is_graph_launch(c->fn)) {
             h3_wcache_graph_launch(c);
             return;
-        default:
-            break;
         }
         /* A captured call: what it may write is dropped again at every launch of its graph. */
         struct h3_grec *rec = h3_graphs_capture_lock(c->stream);

@@ -118,7 +118,7 @@ for step in "${steps[@]}"; do
             # A Chrome-format trace of one small request (two blocks), gzipped,
             # for scripts/perfetto_screenshot.sh on a machine with a display stack.
             run trace 120 env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_TRACE="$work/trace.json" \
-                H3SHIM_TRACE_FORMAT=chrome python3 scripts/serve.py --latent 1,24,2,8,8 --blocks 2 --requests 1
+                H3SHIM_TRACE_FORMAT=chrome python3 scripts/serve.py --latent 1,24,7,8,8 --blocks 2 --requests 1 --warmup 0
             gzip -c "$work/trace.json" >"$work/$(date +%F)-nvidia-h200-trace-chrome.json.gz"
             rm -f "$work/trace.json" ;;
         variants|threads|children|compiled|nccl)

@@ -1190,6 +1190,29 @@ START_TEST(lt_shadow_off_after_a_dlsym_of_descriptor_functions)
 }
 END_TEST
 
+/* Another model's calls are forwarded after the least look: once a kernel
+ * is known to begin no block, its launches are idle (no attempt to match,
+ * no engine, no weight_cache), and so are GEMMs without a block's shape;
+ * everything executes exactly as without the shim. */
+START_TEST(another_models_calls_are_forwarded_idle)
+{
+    static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
+    t_run.replay = "build/tests/foreign-replay.txt";
+    char *base = replay_with("base", t_disabled, NULL);
+    char *stats;
+    char *log = replay_with("foreign", defaults, &stats);
+    t_run.replay = NULL;
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
+    long calls = stat_after(stats, "shim host time: "), idle = stat_after(stats, "passthrough  idle");
+    ck_assert_msg(calls > 500 && idle > calls * 9 / 10, "%ld idle of %ld calls:\n%s", idle, calls, tail_of(stats));
+    /* Only each kernel's first launch takes the whole way (32 kernels). */
+    ck_assert_msg(stat_after(stats, "passthrough  no_match") <= 32, "%s", tail_of(stats));
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
 /* A program can time its loop with and without the shim's observation in
  * one process: paused, the calls are executed exactly as without the shim
  * and nothing is matched or counted; resumed, the shim does all it does. */
@@ -1699,6 +1722,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, every_fallback_reason_is_reachable);
     tcase_add_test(ops, weight_cache_casts_each_weight_once);
     tcase_add_test(ops, observation_paused_passes_every_call_through);
+    tcase_add_test(ops, another_models_calls_are_forwarded_idle);
     tcase_add_test(ops, lt_shadow_describes_block_gemms_as_reads_do);
     tcase_add_test(ops, lt_shadow_check_finds_a_change_past_the_wrappers);
     tcase_add_test(ops, lt_shadow_off_after_a_dlsym_of_descriptor_functions);
