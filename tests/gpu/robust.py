@@ -17,7 +17,11 @@ SHA-256 must be the same in every process:
              of the two arms per round, then the median over rounds (use 5+
              rounds for a 1% claim; arms alternate which goes first), and,
              in arm S, the shim's own host time over the same loops as a
-             share of their wall time (h3shim_host_time, in the process).
+             share of their wall time (h3shim_host_time, in the process);
+             and arm P: the shim with its plain defaults (no stats), each
+             workload timed in 15 pairs of loops in one process, observing
+             and paused (h3shim_pause).  H3_ROBUST_WORKLOADS=NAME,... runs
+             only those workloads.
   threads    two threads decoding different H3 tiles at once, each on its own
              stream and both on the default stream, against the same tiles
              decoded one after the other.
@@ -140,7 +144,8 @@ def paired(fn, pause, pairs, iters, out):
         ms.append(got[False][0] * 1e3 / iters)
     return out, statistics.median(ms), {"observed_over_paused": statistics.median(wall),
                                         "host_observed_over_paused": statistics.median(host),
-                                        "pairs": pairs, "paused_same_bits": outs[True] == outs[False]}
+                                        "pairs": pairs, "pair_ratios": [round(x, 4) for x in wall],
+                                        "paused_same_bits": outs[True] == outs[False]}
 
 
 def child_workloads():
@@ -245,10 +250,13 @@ def child_workloads():
             return torch.cat(outs)
         return f
 
+    only = [w for w in os.environ.get("H3_ROBUST_WORKLOADS", "").split(",") if w]  # default: all of them
     for name, build in (("resnet50_fp32_tf32", resnet), ("vit_b16_bf16", vit), ("llama_8l_fp16", llama),
                         ("conv3d_fp16", conv3d), ("sdpa_mask_causal_bf16", sdpa), ("gemm_fp32", gemm(False)),
                         ("gemm_tf32", gemm(True)), ("compiled_mlp_triton", compiled_mlp),
                         ("cuda_graph_mlp_fp16", graphed_mlp)):
+        if only and name not in only:
+            continue
         try:
             run(name, build)
         except Exception as e:  # a missing package: reported, not hidden
