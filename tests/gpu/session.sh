@@ -27,7 +27,7 @@
 #   profile    serve.py --profile-block without and with the shim (defaults):
 #              one block at 1797 tokens, eager, graph replay and per-kernel
 #              GPU time (1 min)
-#   trace      a Chrome-format trace of one small request, gzipped (1 min)
+#   trace      a Chrome-format trace of one quick request with two blocks, gzipped (1 min)
 #   variants threads children compiled workloads nccl
 #              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min); each
 #              stops before a round that would outrun its limit and
@@ -115,10 +115,11 @@ for step in "${steps[@]}"; do
                 mv "$work/profile-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-block-$arm.json"
             done ;;
         trace)
-            # A Chrome-format trace of one small request (two blocks), gzipped,
-            # for scripts/perfetto_screenshot.sh on a machine with a display stack.
+            # A Chrome-format trace of one quick request with two blocks (tiles of
+            # the recorded 1797 tokens: the blocks fuse), gzipped,
+            # for scripts/perfetto_screenshot.py.
             run trace 120 env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_TRACE="$work/trace.json" \
-                H3SHIM_TRACE_FORMAT=chrome python3 scripts/serve.py --latent 1,24,7,8,8 --blocks 2 --requests 1 --warmup 0
+                H3SHIM_TRACE_FORMAT=chrome python3 scripts/serve.py --latent 1,24,12,24,24 --blocks 2 --requests 1 --warmup 0
             gzip -c "$work/trace.json" >"$work/$(date +%F)-nvidia-h200-trace-chrome.json.gz"
             rm -f "$work/trace.json" ;;
         variants|threads|children|compiled|nccl)
