@@ -124,20 +124,25 @@ def paired(fn, pause, pairs, iters, out):
     goes first; the medians of the pairs' ratios, observed over paused."""
     import torch
     wall, host, ms, outs = [], [], [], {}
+    own, observed_s = 0, 0.0  # with H3SHIM_STATS=1 (arm Q): the shim's own time in the observed loops
     for i in range(pairs):
         got = {}
         for paused in ((True, False) if i % 2 == 0 else (False, True)):
             if pause(1 if paused else 0) != 0:
                 pause(0)
                 return out, None, {"pause_refused": True}
+            before = shim_host_time()
             t0 = time.perf_counter()
             for _ in range(iters):
                 out = fn()
             t1 = time.perf_counter()
             torch.cuda.synchronize()
             t2 = time.perf_counter()
+            after = shim_host_time()
             got[paused] = (t2 - t0, t1 - t0)
             outs.setdefault(paused, sha(out))
+            if not paused and before is not None and after is not None:
+                own, observed_s = own + after[0] - before[0], observed_s + t2 - t0
         pause(0)
         wall.append(got[False][0] / got[True][0])
         host.append(got[False][1] / got[True][1])
@@ -145,7 +150,8 @@ def paired(fn, pause, pairs, iters, out):
     return out, statistics.median(ms), {"observed_over_paused": statistics.median(wall),
                                         "host_observed_over_paused": statistics.median(host),
                                         "pairs": pairs, "pair_ratios": [round(x, 4) for x in wall],
-                                        "paused_same_bits": outs[True] == outs[False]}
+                                        "paused_same_bits": outs[True] == outs[False],
+                                        **({"own_share_observed": own / (observed_s * 1e9)} if observed_s else {})}
 
 
 def child_workloads():
@@ -434,15 +440,17 @@ def child_nccl():
 
 # --------------------------------------------------------------- parent side
 
-def run_child(item, shim, paired_in_process=False):
-    """One child process for `item`: without the shim, with it (stats on) or, with
-    `paired_in_process`, with its plain defaults and the workloads timed in pairs (arm P)."""
+def run_child(item, shim, paired_in_process=False, stats=True):
+    """One child process for `item`: without the shim, with it (stats on unless not `stats`),
+    and with `paired_in_process` the workloads timed in pairs (arms P and Q)."""
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     env.pop("H3_ROBUST_PAUSE", None)
-    if shim and paired_in_process:
-        env.update(LD_PRELOAD=shim, H3_ROBUST_PAUSE="1")
-    elif shim:
-        env.update(LD_PRELOAD=shim, H3SHIM_STATS="1")
+    if shim:
+        env.update(LD_PRELOAD=shim)
+        if stats:
+            env.update(H3SHIM_STATS="1")
+        if paired_in_process:
+            env.update(H3_ROBUST_PAUSE="1")
     t0 = time.time()
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", item], env=env, capture_output=True,
                        text=True, timeout=400)
@@ -451,7 +459,7 @@ def run_child(item, shim, paired_in_process=False):
         out["result"] = json.loads(p.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         out["error"] = p.stderr[-1500:]
-    if shim and not paired_in_process:  # every process's block line (a child's too), then at most 20 more
+    if shim and stats:  # every process's block line (a child's too), then at most 20 more
         lines = p.stderr.splitlines()
         out["shim_stats"] = [ln for ln in lines if "stats: signature" in ln] + \
             [ln for ln in lines if "stats: op " in ln or "WARN" in ln or "ERROR" in ln][:20]
@@ -488,6 +496,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--items", default=",".join(ITEMS))
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
+    ap.add_argument("--workload-arms", default="A,S,P",
+                    help="the workloads' arms: A no shim, S stats, P pairs observed/paused, Q the pairs with "
+                         "stats (the shim's own time in the same process as the pairs)")
     ap.add_argument("--deadline", type=float, default=0,
                     help="seconds from the start: begin no round that would end past it, and report the rounds "
                          "done (0: none)")
@@ -501,7 +512,7 @@ def main():
     doc, ok, lines = {"rounds": a.rounds, "items": {}}, True, []
     started, longest = time.time(), 0.0
     for item in a.items.split(","):
-        arms = ("A", "S", "P") if item == "workloads" else ("A", "S")
+        arms = tuple(a.workload_arms.split(",")) if item == "workloads" else ("A", "S")
         runs = {arm: [] for arm in arms}
         rounds_done = 0
         for rnd in range(a.rounds):  # the arms rotate: none always goes first
@@ -509,7 +520,8 @@ def main():
                 break  # a round like the longest so far would outrun the caller's limit
             t0 = time.time()
             for arm in arms[rnd % len(arms):] + arms[:rnd % len(arms)]:
-                runs[arm].append(run_child(item, a.shim if arm != "A" else None, paired_in_process=arm == "P"))
+                runs[arm].append(run_child(item, a.shim if arm != "A" else None, paired_in_process=arm in "PQ",
+                                           stats=arm != "P"))
             longest, rounds_done = max(longest, time.time() - t0), rounds_done + 1
         flats = [flatten(r.get("result")) for arm in arms for r in runs[arm]]
         keys = sorted(set().union(*flats))
@@ -546,17 +558,23 @@ def main():
         if item == "workloads":
             over = {}
             for k in keys:
-                ratios = [s["result"][k]["ms"] / r["result"][k]["ms"] for r, s in zip(runs["A"], runs["S"])
+                ratios = [s["result"][k]["ms"] / r["result"][k]["ms"] for r, s in zip(runs["A"], runs.get("S", []))
                           if "ms" in (r.get("result") or {}).get(k, {}) and "ms" in (s.get("result") or {}).get(k, {})]
-                shares = [s["result"][k]["shim"]["own_share"] for s in runs["S"]
+                shares = [s["result"][k]["shim"]["own_share"] for s in runs.get("S", [])
                           if "shim" in (s.get("result") or {}).get(k, {})]
                 if ratios:
                     over[k] = {"ratio_shim_over_none": statistics.median(ratios), "rounds": ratios}
                 if shares:  # the shim's own time / wall time, in the process: the overhead, without noise
                     over.setdefault(k, {})["shim_own_share"] = max(shares)
                     over[k]["shim_own_share_rounds"] = shares
-                pairs = [p["result"][k]["shim"] for p in runs["P"]
+                pairs = [p["result"][k]["shim"] for p in runs.get("P", [])
                          if "observed_over_paused" in ((p.get("result") or {}).get(k, {}).get("shim") or {})]
+                with_stats = [p["result"][k]["shim"] for p in runs.get("Q", [])
+                              if "own_share_observed" in ((p.get("result") or {}).get(k, {}).get("shim") or {})]
+                if with_stats:  # the pairs' ratio beside the own time, in the same process
+                    over.setdefault(k, {})["q_rounds"] = [
+                        {"observed_over_paused": x["observed_over_paused"], "own_share": x["own_share_observed"]}
+                        for x in with_stats]
                 if pairs:  # observed over paused, in one process: the end-to-end overhead with the defaults
                     over.setdefault(k, {})["observed_over_paused"] = statistics.median(
                         x["observed_over_paused"] for x in pairs)
@@ -580,8 +598,13 @@ def main():
                             f"(the largest of the rounds)" if share is not None else "")
                          + (f"; in one process, observing over paused (arm P, medians of the rounds' pair "
                             f"medians): wall {pair['observed_over_paused']:.4f}, host dispatch "
-                            f"{pair['host_observed_over_paused']:.4f}" if "observed_over_paused" in pair else ""))
-        stats = [ln for r in runs["S"] for ln in r.get("shim_stats", [])]
+                            f"{pair['host_observed_over_paused']:.4f}" if "observed_over_paused" in pair else "")
+                         + ("; arm Q (pairs with stats), observed over paused against the shim's own time "
+                            "in the same process: " + ", ".join(f"{q['observed_over_paused']:.4f} against "
+                                                                 f"{100 * q['own_share']:.2f}%"
+                                                                 for q in pair["q_rounds"])
+                            if "q_rounds" in pair else ""))
+        stats = [ln for r in runs.get("S", []) for ln in r.get("shim_stats", [])]
         lines.append("\nShim stats lines (arm S): " + ("; ".join(sorted(set(s.split("stats: ")[-1] for s in stats))) or "none"))
         lines.append("")
     doc["pass"] = ok

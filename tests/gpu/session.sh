@@ -27,6 +27,9 @@
 #   profile    serve.py --profile-block without and with the shim (defaults):
 #              one block at 1797 tokens, eager, graph replay and per-kernel
 #              GPU time (1 min)
+#   pairs      robust.py's workloads arms P and Q alone (pairs of loops observed and
+#              paused, without and with stats) for PAIRS_WORKLOADS (default: the
+#              Llama and the ViT), 3 rounds (3-4 min)
 #   trace      a Chrome-format trace of one quick request with two blocks, gzipped (1 min)
 #   variants threads children compiled workloads nccl
 #              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min); each
@@ -102,6 +105,10 @@ for step in "${steps[@]}"; do
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
         workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds "${WORKLOADS_ROUNDS:-3}" --deadline 480 \
                        --tag=-workloads ;;
+        pairs) # the host-bound workloads' pairs, with stats (Q) and without (P), 3 rounds
+            run pairs 300 env H3_ROBUST_WORKLOADS="${PAIRS_WORKLOADS:-llama_8l_fp16,vit_b16_bf16}" \
+                python3 tests/gpu/robust.py --items workloads --rounds 3 --workload-arms A,P,Q --deadline 250 \
+                --tag=-workloads-pairs ;;
         graphs)
             run graphs-weights 150 python3 tests/gpu/test_weight_cache.py --graphs
             run graphs-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms SG,NG --rounds 1 --tag=-quick-graphs

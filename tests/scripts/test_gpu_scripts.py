@@ -89,15 +89,17 @@ class RobustDeadline(unittest.TestCase):
     """robust.py starts no round that a round as long as the longest so far
     would carry past --deadline, and says how many rounds it ran."""
 
-    def run_main(self, rounds, deadline, child_seconds):
+    def run_main(self, rounds, deadline, child_seconds, extra=()):
         clock = [1000.0]
 
-        def fake_child(item, shim, paired_in_process=False):
+        def fake_child(item, shim, paired_in_process=False, stats=True):
             clock[0] += child_seconds
             result = {"mlp": {"sha256": "ab", "ms": 2.0 if shim else 1.0}}
             if paired_in_process:
                 result["mlp"]["shim"] = {"observed_over_paused": 1.004, "host_observed_over_paused": 1.02,
                                          "pairs": 15, "paused_same_bits": True}
+                if stats:
+                    result["mlp"]["shim"]["own_share_observed"] = 0.0031
             return {"rc": 0, "seconds": child_seconds, "result": result}
 
         written = {}
@@ -107,7 +109,7 @@ class RobustDeadline(unittest.TestCase):
 
         torch = types.SimpleNamespace(__version__="stub", cuda=types.SimpleNamespace(is_available=lambda: False))
         import robust
-        argv = ["robust.py", "--items", "workloads", "--rounds", str(rounds), "--deadline", str(deadline)]
+        argv = ["robust.py", "--items", "workloads", "--rounds", str(rounds), "--deadline", str(deadline), *extra]
         with mock.patch.dict(sys.modules, {"torch": torch}), mock.patch.object(sys, "argv", argv), \
                 mock.patch.object(robust, "run_child", fake_child), \
                 mock.patch.object(robust.time, "time", lambda: clock[0]), \
@@ -127,6 +129,12 @@ class RobustDeadline(unittest.TestCase):
         over = w["doc"]["items"]["workloads"]["overhead"]["mlp"]
         self.assertEqual(over["observed_over_paused_rounds"], [1.004] * 3)
         self.assertTrue(any("wall 1.0040, host dispatch 1.0200" in line for line in w["lines"]))
+        self.assertNotIn("q_rounds", over)
+
+    def test_reports_arm_q_beside_the_own_time(self):
+        rc, w = self.run_main(rounds=2, deadline=1000, child_seconds=10, extra=("--workload-arms", "A,P,Q"))
+        self.assertEqual(len(w["doc"]["items"]["workloads"]["runs"]["Q"]), 2)
+        self.assertTrue(any("1.0040 against 0.31%, 1.0040 against 0.31%" in line for line in w["lines"]))
 
     def test_runs_every_round_within_the_deadline(self):
         rc, w = self.run_main(rounds=3, deadline=1000, child_seconds=100)
