@@ -94,6 +94,19 @@ DISMISS_COOKIES = r"""(() => {
   if (b) b.click(); else c.remove();
   return 1;
 })()"""
+# The details panel opens on the slice's own fields; its arguments (the record's) are below them.
+SHOW_ARGUMENTS = r"""(() => {
+  const h = [...document.querySelectorAll('*')].find(e => e.children.length === 0 && e.textContent.trim() === 'Arguments');
+  if (h) h.scrollIntoView({block: 'start'});
+  return !!h;
+})()"""
+# The middle of the details panel's tab bar (the one holding "Current Selection"), or null.
+PANEL_BAR_Y = r"""(() => {
+  const t = [...document.querySelectorAll('*')].find(e => e.children.length === 0 && e.textContent.trim() === 'Current Selection');
+  if (!t) return null;
+  const r = t.getBoundingClientRect();
+  return Math.round(r.top + r.height / 2);
+})()"""
 EXPAND_ALL = r"""(() => {
   if (document.querySelector('button[title="Collapse all"]')) return true;
   const b = document.querySelector('button[title="Expand all"]');
@@ -136,6 +149,17 @@ def screenshot(url, out, width, height, seconds, select=None):
             for kind in ("mousePressed", "mouseReleased"):
                 page.cmd("Input.dispatchMouseEvent", type=kind, x=x, y=FIRST_TRACK_Y, button="left", clickCount=1)
             time.sleep(2)
+            # The details panel opens low: drag its tab bar up to give the record's fields room.
+            bar = page.js(PANEL_BAR_Y)
+            if bar:
+                page.cmd("Input.dispatchMouseEvent", type="mousePressed", x=width // 2, y=bar, button="left",
+                         clickCount=1)
+                page.cmd("Input.dispatchMouseEvent", type="mouseMoved", x=width // 2, y=height // 4, button="left")
+                page.cmd("Input.dispatchMouseEvent", type="mouseReleased", x=width // 2, y=height // 4,
+                         button="left", clickCount=1)
+                time.sleep(1)
+            page.js(SHOW_ARGUMENTS)
+            time.sleep(1)
         with open(out, "wb") as f:
             f.write(base64.b64decode(page.cmd("Page.captureScreenshot", format="png")["data"]))
     finally:

@@ -558,7 +558,7 @@ def main():
         if item == "workloads":
             over = {}
             for k in keys:
-                ratios = [s["result"][k]["ms"] / r["result"][k]["ms"] for r, s in zip(runs["A"], runs.get("S", []))
+                ratios = [s["result"][k]["ms"] / r["result"][k]["ms"] for r, s in zip(runs.get("A", []), runs.get("S", []))
                           if "ms" in (r.get("result") or {}).get(k, {}) and "ms" in (s.get("result") or {}).get(k, {})]
                 shares = [s["result"][k]["shim"]["own_share"] for s in runs.get("S", [])
                           if "shim" in (s.get("result") or {}).get(k, {})]

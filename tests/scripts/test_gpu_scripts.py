@@ -131,6 +131,12 @@ class RobustDeadline(unittest.TestCase):
         self.assertTrue(any("wall 1.0040, host dispatch 1.0200" in line for line in w["lines"]))
         self.assertNotIn("q_rounds", over)
 
+    def test_runs_arm_p_alone(self):
+        rc, w = self.run_main(rounds=2, deadline=1000, child_seconds=10, extra=("--workload-arms", "P"))
+        self.assertEqual(rc, 0)
+        self.assertEqual(list(w["doc"]["items"]["workloads"]["runs"]), ["P"])
+        self.assertEqual(w["doc"]["items"]["workloads"]["overhead"]["mlp"]["observed_over_paused_rounds"], [1.004] * 2)
+
     def test_reports_arm_q_beside_the_own_time(self):
         rc, w = self.run_main(rounds=2, deadline=1000, child_seconds=10, extra=("--workload-arms", "A,P,Q"))
         self.assertEqual(len(w["doc"]["items"]["workloads"]["runs"]["Q"]), 2)
