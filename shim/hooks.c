@@ -99,7 +99,8 @@ static inline void h3_call_end(struct h3_call *c, long long result)
 /*
  * Whether a call can be forwarded at once, decided from plain loads only (no
  * function call, so the exported wrapper needs no frame): nested, disabled,
- * or active with nothing observing or observation paused (h3shim_pause).  Anything else takes the slow path.
+ * or active with nothing observing or observation paused (h3shim_pause).
+ * Anything else takes the slow path.
  */
 static inline bool h3_call_unwanted_fast(void)
 {

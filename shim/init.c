@@ -56,6 +56,12 @@ void h3_init(void)
     pthread_once(&h3_init_once, h3_init_run);
 }
 
+static bool h3_pause_unsafe(void)
+{
+    return atomic_load(&h3_hot.holding) != 0 || atomic_load(&h3_hot.captures_recording) != 0 ||
+           atomic_load(&h3_hot.wc_live) != 0 || h3_hot.trace_on;
+}
+
 /*
  * Exported as h3shim_pause (h3shim.h): lets a program time the same loop
  * with and without the shim's observation in one process, free of the
@@ -65,7 +71,11 @@ void h3_init(void)
  * weight copies (a write to their sources must be seen) or a trace (it
  * would have a silent gap).  Configuration calls stay remembered, so the
  * descriptors the shim knows stay true.  The calling thread's attempt at a
- * block, if any, breaks here: calls it will not see come next.
+ * block, if any, breaks here: calls it will not see come next.  The checks
+ * are made again once paused, so that another thread's first copy or held
+ * launch in between undoes the pause; a thread already inside a call that
+ * is making one can still slip past, so a program pauses only where no
+ * other thread runs H3 blocks.
  */
 H3_EXPORT int h3shim_pause(int on)
 {
@@ -75,13 +85,16 @@ H3_EXPORT int h3shim_pause(int on)
         atomic_store_explicit(&h3_hot.paused, false, memory_order_relaxed);
         return 0;
     }
-    if (atomic_load(&h3_hot.holding) != 0 || atomic_load(&h3_hot.captures_recording) != 0 ||
-        atomic_load(&h3_hot.wc_live) != 0 || h3_hot.trace_on)
+    if (h3_pause_unsafe())
         return -1;
     h3_thread.depth++;
     h3_match_interrupt();
     h3_thread.depth--;
-    atomic_store_explicit(&h3_hot.paused, true, memory_order_relaxed);
+    atomic_store(&h3_hot.paused, true);
+    if (h3_pause_unsafe()) { /* another thread made one meanwhile */
+        atomic_store(&h3_hot.paused, false);
+        return -1;
+    }
     return 0;
 }
 
