@@ -582,6 +582,10 @@ def main():
                         x["host_observed_over_paused"] for x in pairs)
                     over[k]["observed_over_paused_rounds"] = [x["observed_over_paused"] for x in pairs]
                     over[k]["host_observed_over_paused_rounds"] = [x["host_observed_over_paused"] for x in pairs]
+                    pooled = [r for x in pairs for r in x.get("pair_ratios", [])]
+                    if pooled:  # every pair of every round: the median and its bootstrap 95% interval
+                        over[k]["pooled_pairs"] = dict(zip(("median", "low", "high"),
+                                                           shimstats.median_interval(pooled)), n=len(pooled))
             entry["overhead"] = over
         doc["items"][item] = entry
         ok &= item_ok
@@ -599,6 +603,8 @@ def main():
                          + (f"; in one process, observing over paused (arm P, medians of the rounds' pair "
                             f"medians): wall {pair['observed_over_paused']:.4f}, host dispatch "
                             f"{pair['host_observed_over_paused']:.4f}" if "observed_over_paused" in pair else "")
+                         + ("; all {n} pairs pooled: {median:.4f} (95% interval {low:.4f}-{high:.4f})".format(
+                             **pair["pooled_pairs"]) if "pooled_pairs" in pair else "")
                          + ("; arm Q (pairs with stats), observed over paused against the shim's own time "
                             "in the same process: " + ", ".join(f"{q['observed_over_paused']:.4f} against "
                                                                  f"{100 * q['own_share']:.2f}%"
