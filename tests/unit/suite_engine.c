@@ -37,6 +37,7 @@ static struct {
     struct fw_graph_opts graph; /* with launches: then the replay captured and launched (fw_graph) */
     bool end_capture_then_replay; /* then a capture's end on a stream, and the replay again */
     bool paused_first; /* the replay once with observation paused (h3shim_pause), then as usual */
+    const char *replay_before; /* a replay file (relative to the repository) replayed once before it */
 } t_run;
 
 /* One line per executed call: launches as their "exec" entry, library calls
@@ -88,6 +89,14 @@ static void replay_child(void)
     if (t_run.trace != NULL)
         setenv("H3SHIM_TRACE", t_run.trace, 1);
     free(sigs);
+    if (t_run.replay_before != NULL) {
+        const char *main_replay = t_run.replay;
+        t_run.replay = t_run.replay_before;
+        void *r = replay_thread(&t_run.opts);
+        t_run.replay = main_replay;
+        if (r != NULL)
+            exit(4);
+    }
     int (*pause)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "h3shim_pause");
     if (t_run.paused_first) {
         if (pause == NULL || pause(1) != 0 || replay_thread(&t_run.opts) != NULL || pause(0) != 0)
@@ -1213,6 +1222,85 @@ START_TEST(another_models_calls_are_forwarded_idle)
 }
 END_TEST
 
+/* `log` without its lines that start with `prefix`. */
+static char *lines_without(const char *log, const char *prefix)
+{
+    char *out = malloc(strlen(log) + 1), *o = out;
+    for (const char *at = log; *at != '\0';) {
+        const char *nl = strchr(at, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - at) + 1 : strlen(at);
+        if (strncmp(at, prefix, strlen(prefix)) != 0) {
+            memcpy(o, at, len);
+            o += len;
+        }
+        at += len;
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Idle calls change nothing that comes after them: a process that ran
+ * another model first recognises and fuses every block after it, as one
+ * that did not. */
+START_TEST(blocks_after_another_models_idle_calls_fuse)
+{
+    static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
+    t_run.replay = "build/tests/foreign-replay.txt";
+    char *foreign = replay_with("foreign", t_disabled, NULL);
+    t_run.replay = NULL;
+    t_run.replay_before = "build/tests/foreign-replay.txt";
+    char *stats;
+    char *log = replay_with("foreign-then-h3", defaults, &stats);
+    t_run.replay_before = NULL;
+    char *alone_stats;
+    char *alone = replay_with("h3", defaults, &alone_stats);
+    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 9 complete, 0 broken") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_int_gt(stat_after(stats, "passthrough  idle"), 400);
+    /* The same ops in the same blocks, and the foreign part executed as without the shim. */
+    const char *ops[] = {"op norm_cast    9 groups run (18 calls)", "op residual_norm 18 groups run (54 calls)",
+                         "op qk_norm_rope 9 groups run (162 calls)", "op swiglu       9 groups run (18 calls)",
+                         "op weight_cache 36 groups run (108 calls)"};
+    for (size_t i = 0; i < H3_ARRAY_LEN_T(ops); i++)
+        ck_assert_msg(strstr(stats, ops[i]) != NULL && strstr(alone_stats, ops[i]) != NULL, "%s:\n%s", ops[i],
+                      tail_of(stats));
+    size_t nf = strlen(foreign);
+    ck_assert_msg(strncmp(log, foreign, nf) == 0, "the other model's calls executed otherwise");
+    ck_assert_uint_eq(count_lines_starting(log + nf, "exec "), count_lines_starting(alone, "exec "));
+    free(alone_stats);
+    free(alone);
+    free(stats);
+    free(log);
+    free(foreign);
+}
+END_TEST
+
+/* Another model's CUDA graph: its capture is seen while its calls are idle
+ * around it, and the captured and launched graph executes as without the
+ * shim. */
+START_TEST(another_models_graph_is_captured_and_launched_untouched)
+{
+    static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
+    t_run.replay = "build/tests/foreign-replay.txt";
+    t_run.graph = (struct fw_graph_opts){0x3000, 0x4000, 2, 0, 0, 0, 0, 0};
+    char *base = replay_with("base", t_disabled, NULL);
+    char *stats;
+    char *log = replay_with("foreign-graph", defaults, &stats);
+    memset(&t_run.graph, 0, sizeof(t_run.graph));
+    t_run.replay = NULL;
+    /* (less the shim's own questions to the driver about the capture) */
+    char *executed = lines_without(log, "cuStreamGetCaptureInfo");
+    ck_assert_msg(strcmp(base, executed) == 0, "the fakes executed another stream of calls");
+    free(executed);
+    ck_assert_msg(strstr(stats, "weight_cache graphs: 2 launches of graphs captured under the shim") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_int_gt(stat_after(stats, "passthrough  idle"), 400);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
 /* A program can time its loop with and without the shim's observation in
  * one process: paused, the calls are executed exactly as without the shim
  * and nothing is matched or counted; resumed, the shim does all it does. */
@@ -1723,6 +1811,8 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_casts_each_weight_once);
     tcase_add_test(ops, observation_paused_passes_every_call_through);
     tcase_add_test(ops, another_models_calls_are_forwarded_idle);
+    tcase_add_test(ops, blocks_after_another_models_idle_calls_fuse);
+    tcase_add_test(ops, another_models_graph_is_captured_and_launched_untouched);
     tcase_add_test(ops, lt_shadow_describes_block_gemms_as_reads_do);
     tcase_add_test(ops, lt_shadow_check_finds_a_change_past_the_wrappers);
     tcase_add_test(ops, lt_shadow_off_after_a_dlsym_of_descriptor_functions);
