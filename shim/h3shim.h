@@ -525,6 +525,9 @@ void h3_match_interrupt(void);
  * no signature's first call, a library call no signature begins with (a
  * cuBLASLt GEMM without any signature's shape). */
 bool h3_match_idle(const struct h3_call *c);
+/* Gathers what the loaded signatures begin with, for h3_match_idle; once,
+ * from the initialisation, after the signatures are loaded. */
+void h3_match_setup(void);
 
 /* ---- engine.c: deferral, flush and the ops (H3SHIM_ENGINE) ---- */
 

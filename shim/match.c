@@ -317,14 +317,14 @@ static void h3_match_note_expectation(const struct h3_matcher *m)
     h3_thread.attempting = attempting;
 }
 
-/* The signatures' first calls, gathered once: what can begin an attempt. */
+/* The signatures' first calls (h3_match_setup, before the shim is active):
+ * what can begin an attempt. */
 static struct {
-    pthread_once_t once;
     uint64_t all;                 /* a bit per signature, as h3_kernel.not_first has them */
     bool matmul, cudnn;           /* some signature begins with a GEMM, with a cuDNN execution */
-} h3_match_firsts = {PTHREAD_ONCE_INIT, 0, false, false};
+} h3_match_firsts;
 
-static void h3_match_firsts_gather(void)
+void h3_match_setup(void)
 {
     unsigned n = h3_signatures_count();
     for (unsigned s = 0; s < n && s < H3_MATCH_MAX_SIGS; s++) {
@@ -337,7 +337,6 @@ static void h3_match_firsts_gather(void)
 
 bool h3_match_idle(const struct h3_call *c)
 {
-    pthread_once(&h3_match_firsts.once, h3_match_firsts_gather);
     if (c->kind == H3_KIND_LAUNCH) {
         const struct h3_kernel *k = c->kernel;
         uint64_t all = h3_match_firsts.all;
