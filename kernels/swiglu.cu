@@ -6,7 +6,8 @@
  * ActivationSiluKernel.cu (opmath float, c10::cuda::compat::exp, an IEEE
  * division) and the Half MulFunctor<float> compute, rounding at the same
  * points; no fast math, no contraction (there is nothing to contract).
- * The silu output is written too, as the unfused launches write it.
+ * The silu output is written too, as the unfused launches write it, unless
+ * silu_out is null (the op leaves it out once PyTorch freed it).
  *
  * Layout: `rows` rows of `width` elements.  Gate and up are row-strided
  * views (the two halves of one GEMM output); silu_out and out are dense.
@@ -18,6 +19,7 @@
  */
 #include <cuda_fp16.h>
 
+/* silu(g) into *silu, and silu(g) * u into *out. */
 __device__ static inline void h3_swiglu_one(__half g16, __half u16, __half *silu, __half *out)
 {
     float g = __half2float(g16);
@@ -35,7 +37,10 @@ extern "C" __global__ void h3_swiglu_f16(const __half *__restrict__ gate, const 
          i += (long long)gridDim.x * blockDim.x) {
         long long r = i / width, c = i - r * width;
         long long at = r * in_row_stride + c;
-        h3_swiglu_one(gate[at], up[at], &silu_out[i], &out[i]);
+        __half s;
+        h3_swiglu_one(gate[at], up[at], &s, &out[i]);
+        if (silu_out != nullptr)
+            silu_out[i] = s;
     }
 }
 
@@ -56,7 +61,8 @@ extern "C" __global__ void h3_swiglu_f16x8(const __half *__restrict__ gate, cons
         u.u = *reinterpret_cast<const uint4 *>(up + at);
         for (int k = 0; k < 8; k++)
             h3_swiglu_one(g.h[k], u.h[k], &s.h[k], &o.h[k]);
-        *reinterpret_cast<uint4 *>(silu_out + i) = s.u;
+        if (silu_out != nullptr)
+            *reinterpret_cast<uint4 *>(silu_out + i) = s.u;
         *reinterpret_cast<uint4 *>(out + i) = o.u;
     }
 }

@@ -52,20 +52,29 @@ def launch_staged(fb, rows, n, values):
     fb.launch(STAGED, (grid,), (32, 4), values + [ctypes.c_int(rows)], smem=smem, cooperative=True)
 
 
-def kernel(fb, b16, scale, h, gamma, eps=EPS, staged=False):
-    """The kernel as the op launches it, nothing shared; with `staged`, its staged form."""
+def kernel(fb, b16, scale, h, gamma, eps=EPS, staged=False, omit=()):
+    """The kernel as the op launches it, nothing shared; with `staged`, its staged form.
+    Outputs named in `omit` (p, y, rstd) are passed as null, as the op leaves out
+    those PyTorch's allocator freed: they must stay unwritten (None is returned
+    for them after that check)."""
     rows, n = h.shape
     nan = float("nan")
     p, h2, y = (torch.full_like(h, nan) for _ in range(3))
     rstd = torch.full((rows,), nan, device="cuda")
     y16 = torch.full((rows, n), nan, dtype=torch.float16, device="cuda")
-    values = [ptr(b16), ctypes.c_longlong(b16.stride(0)), ptr(scale), ptr(h), ptr(p), ptr(h2), ptr(gamma),
-              ctypes.c_float(eps), ctypes.c_int(n), ptr(y), ptr(rstd), ptr(y16)]
+    out = {"p": p, "y": y, "rstd": rstd}
+    arg = {k: ctypes.c_void_p(0) if k in omit else ptr(v) for k, v in out.items()}
+    values = [ptr(b16), ctypes.c_longlong(b16.stride(0)), ptr(scale), ptr(h), arg["p"], ptr(h2), ptr(gamma),
+              ctypes.c_float(eps), ctypes.c_int(n), arg["y"], arg["rstd"], ptr(y16)]
     if staged:
         launch_staged(fb, rows, n, values)
     else:
         fb.launch("h3_residual_rmsnorm_f32", (rows,), (32, 4), values)
-    return p, h2, y, rstd, y16
+    torch.cuda.synchronize()
+    for k in omit:
+        if not out[k].isnan().all():
+            raise AssertionError(f"{k} was passed as null but written")
+    return tuple(None if k in omit else v for k, v in zip(("p", "h2", "y", "rstd", "y16"), (p, h2, y, rstd, y16)))
 
 
 def kernel_in_place(fb, b16, scale, h, gamma, eps=EPS):
@@ -83,18 +92,22 @@ def kernel_in_place(fb, b16, scale, h, gamma, eps=EPS):
     return None, h2, hb, rstd, bb
 
 
-def kernel_residual_only(fb, b16, scale, h, gamma, eps=EPS, over_h=False):
+def kernel_residual_only(fb, b16, scale, h, gamma, eps=EPS, over_h=False, p_out=True):
     """As the op launches it for the block's last residual: p and h' only,
-    no weight, no norm output; with `over_h`, h' in h's own memory."""
+    no weight, no norm output; with `over_h`, h' in h's own memory; without
+    `p_out`, p left out (as once PyTorch's allocator freed it)."""
     rows, n = h.shape
     hb = h.clone()
     p = torch.full_like(h, float("nan"))
     h2 = hb if over_h else torch.full_like(h, float("nan"))
     none = ctypes.c_void_p(0)
     fb.launch("h3_residual_rmsnorm_f32", (rows,), (32, 4),
-              [ptr(b16), ctypes.c_longlong(b16.stride(0)), ptr(scale), ptr(hb), ptr(p), ptr(h2), none,
-               ctypes.c_float(0.0), ctypes.c_int(n), none, none, none])
-    return p, h2, None, None, None
+              [ptr(b16), ctypes.c_longlong(b16.stride(0)), ptr(scale), ptr(hb), ptr(p) if p_out else none, ptr(h2),
+               none, ctypes.c_float(0.0), ctypes.c_int(n), none, none, none])
+    torch.cuda.synchronize()
+    if not p_out and not p.isnan().all():
+        raise AssertionError("p was passed as null but written")
+    return p if p_out else None, h2, None, None, None
 
 
 def staged(fb, b16, scale, h, gamma, eps=EPS):
@@ -219,6 +232,19 @@ def main():
     hh = randn(1797, n) * torch.tensor([1e-30, 1.0, 1e30], device="cuda")[
         torch.randint(0, 3, (1797, 1), generator=gen, device="cuda")]
     run("staged, h' over b16, special values", b, sc, hh, gamma, launch=lambda *a: staged_over_b16(*a, h_at=0))
+    # As the op launches them once PyTorch's allocator freed the product and
+    # rstd (H3SHIM_SKIP_RELEASED): those two left out, the rest compared.
+    left_out = ("p", "rstd")
+    for s in (1e-3, 1.0, 1e3):
+        for st in (False, True):
+            run(f"{'staged, ' if st else ''}p and rstd left out, H3 [1797,2048] b16 x{s}",
+                randn(1797, n, scale=s).half(), scale, randn(1797, n, scale=4.0), gamma,
+                launch=lambda *a, st=st: kernel(*a, staged=st, omit=left_out))
+    b = specials[torch.randint(0, len(specials), (512, n), generator=gen, device="cuda")]
+    run("p and rstd left out, special values", b, sc, h, gamma, launch=lambda *a: kernel(*a, omit=left_out))
+    for s in (1e-3, 1.0, 1e3):
+        run(f"residual only, p left out, H3 [1797,2048] b16 x{s}", randn(1797, n, scale=s).half(), scale,
+            randn(1797, n, scale=4.0), gamma, launch=lambda *a: kernel_residual_only(*a, p_out=False))
     fit = fb.staged_grid(STAGED, 1797, n * 2)
     return report("h3_residual_rmsnorm_f32", cases, staged_grid_1797_rows=list(fit) if fit else None)
 

@@ -11,7 +11,9 @@ every case whose width is a multiple of 8 (the op's condition):
 - adversarial magnitudes: gates where exp(-g) over- and underflows, up values
   near 65504 so that the product overflows.
 
-Both outputs (the silu output and the product) are compared as raw bits.
+Both outputs (the silu output and the product) are compared as raw bits;
+then the product alone, with the silu output passed as null (as the op
+launches it once PyTorch's allocator freed it), which must stay unwritten.
 Writes a JSON document on stdout; exit status 0 when zero bits differ.
 
     python3 tests/gpu/test_swiglu.py [--fatbin build/kernels.fatbin]
@@ -34,14 +36,16 @@ class Kernel:
     def __init__(self, path):
         self.fatbin = Fatbin(path)
 
-    def __call__(self, d, width, wide=False, timed=False):
+    def __call__(self, d, width, wide=False, timed=False, silu=True):
         """silu_out, out for d = [rows, 2*width] FP16 (gate | up); with `timed`,
-        the kernel's GPU time in ms instead (CUDA events around the launch)."""
+        the kernel's GPU time in ms instead (CUDA events around the launch).
+        Without `silu`, silu_out is passed as null and None is returned for it."""
         rows = d.shape[0]
         silu_out = torch.full((rows, width), float("nan"), dtype=torch.float16, device="cuda")
         out = torch.full((rows, width), float("nan"), dtype=torch.float16, device="cuda")
         vals = [ctypes.c_uint64(d.data_ptr()), ctypes.c_uint64(d.data_ptr() + 2 * width),
-                ctypes.c_longlong(d.stride(0)), ptr(silu_out), ptr(out), ctypes.c_longlong(rows),
+                ctypes.c_longlong(d.stride(0)), ptr(silu_out) if silu else ctypes.c_void_p(0), ptr(out),
+                ctypes.c_longlong(rows),
                 ctypes.c_longlong(width)]
         n = rows * width // 8 if wide else rows * width
         blocks = min((n + 255) // 256, 132 * (64 if wide else 32))
@@ -50,7 +54,11 @@ class Kernel:
         self.fatbin.launch("h3_swiglu_f16x8" if wide else "h3_swiglu_f16", (blocks,), (256,), vals)
         end.record()
         torch.cuda.synchronize()
-        return start.elapsed_time(end) if timed else (silu_out, out)
+        if timed:
+            return start.elapsed_time(end)
+        if not silu and not silu_out.isnan().all():
+            raise AssertionError("silu_out was passed as null but written")
+        return (silu_out if silu else None), out
 
 
 def reference(d, width):
@@ -72,11 +80,15 @@ def main():
         for wide in (False, True):
             if wide and (width % 8 or d.stride(0) % 8 or d.data_ptr() % 16):
                 continue
-            s, o = k(d, width, wide)
-            cases.append({"case": name, "kernel": "h3_swiglu_f16x8" if wide else "h3_swiglu_f16",
-                          "shape": list(d.shape), "elements": d.shape[0] * width,
-                          "silu_bits_differing": bits_differing(s, s_ref),
-                          "out_bits_differing": bits_differing(o, o_ref)})
+            for silu in (True, False):
+                s, o = k(d, width, wide, silu=silu)
+                case = {"case": name if silu else f"{name}, silu output left out",
+                        "kernel": "h3_swiglu_f16x8" if wide else "h3_swiglu_f16",
+                        "shape": list(d.shape), "elements": d.shape[0] * width,
+                        "out_bits_differing": bits_differing(o, o_ref)}
+                if silu:
+                    case["silu_bits_differing"] = bits_differing(s, s_ref)
+                cases.append(case)
 
     every = torch.arange(-32768, 32768, dtype=torch.int32, device="cuda").to(torch.int16).view(torch.float16)
     # Every gate bit pattern, with up = every bit pattern in 8 rotations.
@@ -99,12 +111,13 @@ def main():
     big = (torch.randn(1797, 2 * 8192, generator=gen, device="cuda") * 4).to(torch.float16)
     run("H3 block layout [1797, 16384]", big, 8192)
     # GPU time of the two kernels on the block's layout, alternating, medians.
-    times = {False: [], True: []}
+    times = {(w, s): [] for w in (False, True) for s in (True, False)}
     for _ in range(25):
-        for wide in (False, True):
-            times[wide].append(k(big, 8192, wide, timed=True))
-    timing = {"h3_swiglu_f16_ms": sorted(times[False])[12], "h3_swiglu_f16x8_ms": sorted(times[True])[12],
-              "layout": "[1797, 16384] -> 2 x [1797, 8192]", "reps": 25}
+        for wide, silu in times:
+            times[(wide, silu)].append(k(big, 8192, wide, timed=True, silu=silu))
+    timing = {f"h3_swiglu_f16{'x8' if w else ''}{'' if s else '_no_silu'}_ms": sorted(v)[12]
+              for (w, s), v in times.items()}
+    timing.update({"layout": "[1797, 16384] -> 2 x [1797, 8192] (no_silu: the product alone)", "reps": 25})
     print(f"swiglu kernels on the block's layout, median ms: {timing}", file=sys.stderr)
     return report("h3_swiglu_f16, h3_swiglu_f16x8", cases, timing=timing)
 
