@@ -218,6 +218,7 @@ struct h3_queue {
     const void *stream;
     atomic_bool holding;  /* n > 0, for the other threads' unlocked test ... */
     bool awaiting;        /* the group is complete; an op waits for the library call after it */
+    bool complete;        /* the group is complete; its ops run at this thread's next call (released.c) */
     /* Read once calls are held. */
     _Alignas(64) const struct h3_groups *groups;
     uint64_t allowed;     /* the group's ranges whose op can run here (h3_group_allowed) */
@@ -228,6 +229,7 @@ struct h3_queue {
     atomic_bool in_use;   /* a thread has it (else a finished thread gave it back) */
     CUcontext ctx;        /* current when the held calls began: another thread issues them in it */
     _Atomic(const void *) held_stream; /* the stream of what it holds, for the same test */
+    struct h3_frees frees; /* what the allocator freed on its thread since the group began */
 };
 
 
@@ -319,6 +321,7 @@ static void h3_queue_clear(struct h3_queue *q)
     q->used = 0;
     q->groups = NULL;
     q->awaiting = false;
+    q->complete = false;
     q->allowed = 0;
 }
 
@@ -481,6 +484,39 @@ static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_
     }
 }
 
+/* ---- the frees the allocator reports (released.c) ---- */
+
+/* From the allocator's report, on the thread that freed: logged only while
+ * this thread holds launches, with their number.  The queue's lock is
+ * tried, not waited for (another thread issuing the queue holds it; then
+ * the free is not logged, and the outputs it would have left out are
+ * written). */
+void h3_engine_note_free(uint64_t lo, uint64_t hi)
+{
+    struct h3_queue *q = h3_thread.queue;
+    if (q == NULL || !atomic_load_explicit(&q->holding, memory_order_relaxed) || pthread_mutex_trylock(&q->lock) != 0)
+        return;
+    if (q->n > 0 && q->frees.n < H3_FREES_MAX)
+        q->frees.at[q->frees.n++] = (__typeof__(q->frees.at[0])){lo, hi, q->n};
+    pthread_mutex_unlock(&q->lock);
+}
+
+/* The thread whose group runs holds its queue's lock: the log and the
+ * launches are its own. */
+const struct h3_frees *h3_engine_frees(void)
+{
+    struct h3_queue *q = h3_thread.queue;
+    return q != NULL && q->n > 0 ? &q->frees : NULL;
+}
+
+int64_t h3_engine_held_index(const struct h3_deferred *d)
+{
+    struct h3_queue *q = h3_thread.queue;
+    if (q == NULL || d < q->calls || d >= q->calls + q->n)
+        return -1;
+    return d - q->calls;
+}
+
 #define H3_ALIGN16(n) (((n) + 15u) & ~(size_t)15u)
 
 /* Copies launch `c` to the end of the queue; false when it does not fit. */
@@ -503,6 +539,7 @@ static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
     }
     q->used += need;
     if (q->n == 0) {
+        q->frees.n = 0; /* frees before the group's first launch cannot be of its outputs */
         atomic_store_explicit(&q->held_stream, c->stream, memory_order_relaxed);
         atomic_store_explicit(&q->holding, true, memory_order_relaxed);
         atomic_fetch_add_explicit(&h3_hot.holding, 1, memory_order_relaxed);
@@ -531,6 +568,11 @@ static void h3_group_note_op(struct h3_call *c, const struct h3_op_range *r)
     const char *how = h3_op_take_note();
     if (how != NULL)
         c->op_how = how;
+    uint32_t left;
+    uint64_t bytes;
+    h3_op_take_left_out(&left, &bytes);
+    c->op_left_out += left;
+    c->op_left_out_bytes += bytes;
 }
 
 /* Whether range `r` (index `ri`) may run on the group held in `q`: its op
@@ -671,9 +713,21 @@ static void h3_engine_scan(struct h3_call *c)
         h3_stats_part_end(c, H3_PART_SCAN);
 }
 
+/* Runs the complete group in `q` before call `c` (the thread's next call
+ * after the group's last launch), noting its ops on `c`; c's own decision
+ * comes after. */
+static void h3_group_run_late(struct h3_queue *q, struct h3_call *c)
+{
+    const char *decision = c->decision;
+    h3_group_run(q, c, NULL);
+    c->decision = decision;
+}
+
 /* The engine's decision on call `c` of this thread, whose queue `q` (if any) is locked. */
 static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
 {
+    if (q != NULL && q->complete)
+        h3_group_run_late(q, c);
     if (c->kind == H3_KIND_SYNC) {
         c->reason = "sync";
         h3_match_interrupt();
@@ -741,6 +795,8 @@ static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h
         const struct h3_op_range *anchored = h3_group_anchor(g, j);
         if (anchored != NULL && ((q->allowed >> (anchored - g->ranges)) & 1))
             q->awaiting = true; /* held until the library call comes, or anything else */
+        else if (h3_released_on())
+            q->complete = true; /* run at the next call: the group's last outputs are freed after it returns */
         else
             h3_group_run(q, c, NULL);
     }
@@ -795,6 +851,7 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...))
         for (unsigned r = 0; r < h3_groups[i].nranges; r++)
             if (!h3_groups[i].ranges[r].op->test_only)
                 h3_engine_print_plan(line, &h3_groups[i], &h3_groups[i].ranges[r]);
+    line("skip_released: %s", h3_released_state());
     h3_ops_print_stats(line);
     if (h3_op_enabled(&h3_op_weight_cache))
         h3_wcache_print_stats(line);

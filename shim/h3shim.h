@@ -90,6 +90,7 @@ struct h3_config {
     const char *op_residual_norm;
     const char *op_qk_norm_rope;
     const char *weight_cache_graphs;
+    const char *skip_released;
     long weight_cache_max_mb;
     long weight_cache_min_free_pct;
     const char *sm_allow;
@@ -366,6 +367,8 @@ struct h3_call {
     uint32_t op_calls;              /* the calls the ops replaced */
     const char *op_fallback;        /* why an op of this group could not run */
     const char *op_how;             /* how an op with more than one exact way ran (h3_op_note) */
+    uint32_t op_left_out;           /* outputs the ops left out: the allocator had freed them (released.c) */
+    uint64_t op_left_out_bytes;
     union {
         struct h3_lt_desc lt;
         struct h3_gemm_desc gemm;
@@ -625,6 +628,8 @@ void h3_op_fallback(const struct h3_op *op, const char *why);
 void h3_op_note(const struct h3_op *op, const char *how);
 /* The `how` of this thread's last h3_op_note since the last call, or NULL (and forgets it). */
 const char *h3_op_take_note(void);
+/* The outputs ops run by this thread left out (released.c) since the last take. */
+void h3_op_take_left_out(uint32_t *outputs, uint64_t *bytes);
 /* Runs `op` on a complete range that h3_op_check() allowed; counts the
  * outcome.  Returns NULL when the op ran, else the fallback reason. */
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor);
@@ -673,6 +678,41 @@ static inline bool h3_spans_overlap(struct h3_span a, struct h3_span b)
 /* Of a group's outputs in the order its launches write them, those a later
  * one overlaps (freed memory nothing reads; see ops.c): a bit each. */
 uint64_t h3_outputs_freed(const struct h3_span *out, unsigned n);
+
+/* ---- released.c: what PyTorch's caching allocator freed ---- */
+
+/* The frees of CUDA memory the allocator reported while this thread held
+ * launches, each with the number of launches then held; kept with the
+ * thread's queue (engine.c) and emptied when a group begins. */
+#define H3_FREES_MAX 64
+struct h3_frees {
+    uint32_t n;
+    struct {
+        uint64_t lo, hi;
+        uint32_t after;
+    } at[H3_FREES_MAX];
+};
+/* Whether fused ops leave out outputs the allocator freed: H3SHIM_SKIP_RELEASED
+ * (unset: on where validated) and a report seen from the allocator.  While
+ * it is on, the engine runs a complete group at the thread's next call. */
+bool h3_released_on(void);
+/* Of outputs out[0..n) of the group being run, output i made by the held
+ * launch by[i], those a free logged after that launch overlaps (a bit
+ * each), leaving aside those `unwritten` has already; counted as left out. */
+uint64_t h3_outputs_released(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n,
+                             uint64_t unwritten);
+/* The outputs (and their bytes) this thread left out since its last take. */
+void h3_released_take(uint32_t *outputs, uint64_t *bytes);
+/* For the stats: on, off, or why not. */
+const char *h3_released_state(void);
+/* Finds the real report function in libc10.so, if it is loaded (at initialisation). */
+void h3_released_resolve(void);
+/* engine.c: logs a free of [lo, hi) if this thread holds launches; this
+ * thread's log while its group runs (NULL otherwise); the index of held
+ * launch `d` in this thread's queue, or -1. */
+void h3_engine_note_free(uint64_t lo, uint64_t hi);
+const struct h3_frees *h3_engine_frees(void);
+int64_t h3_engine_held_index(const struct h3_deferred *d);
 /* op_norm.c: PyTorch's FP32 RMSNorm launch (with or without weight; no
  * beta, no mean; 32x4 threads) and its vectorized float16_copy. */
 bool h3_sig_is_rmsnorm(const struct h3_sig_call *c, bool weight);

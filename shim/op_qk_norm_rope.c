@@ -208,15 +208,21 @@ static bool h3_qk_side_read(const struct h3_deferred *calls, unsigned side, stru
 /*
  * Drops from the parameter block every output that a later output of the
  * group overlaps (h3_outputs_freed: k's rstd in q's, the rope's products in
- * q's FP32 copy).  Then no two outputs overlap.  Returns false when an
- * output overlaps an input (qkv, cos, sin).
+ * q's FP32 copy) or that the allocator freed after its launch
+ * (h3_outputs_released: with PyTorch's own code, all but what attention
+ * reads).  Then no two outputs overlap.  Returns false when an output
+ * overlaps an input (qkv, cos, sin).
  */
-static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struct h3_span *in, unsigned nin)
+static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struct h3_span *in, unsigned nin,
+                             const struct h3_deferred *calls)
 {
-    /* Bytes per row of each field of struct h3_qk_side, in its order. */
+    /* Bytes per row of each field of struct h3_qk_side, in its order, and
+     * the launch that writes it (relative to the side's first). */
     static const uint16_t per_row[10] = {256, 256, 4, 128, 96, 48, 96, 96, 96, 128};
+    static const uint8_t made_by[10] = {C_COPY, C_NORM, C_NORM, C_CAST, R_MUL1, R_NEG, R_CAT1, R_MUL2, R_ADD, R_CAT2};
     void **field[20];
     struct h3_span b[20];
+    const struct h3_deferred *by[20];
     unsigned n = 0;
     /* q's and k's copy, norm and cast (calls 5-10), then q's rope, then k's (11-22). */
     for (unsigned phase = 0; phase < 2; phase++)
@@ -224,10 +230,12 @@ static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struc
             void **f = (void **)&p->side[side];
             for (unsigned k = phase == 0 ? 0 : 4; k < (phase == 0 ? 4u : 10u); k++, n++) {
                 field[n] = &f[k];
+                by[n] = &calls[k < 4 ? QK_C(side, made_by[k]) : QK_R(side, made_by[k])];
                 b[n] = (struct h3_span){(uint64_t)(uintptr_t)f[k], (uint64_t)(uintptr_t)f[k] + per_row[k] * (uint64_t)rows};
             }
         }
     uint64_t freed = h3_outputs_freed(b, n);
+    freed |= h3_outputs_released(b, by, n, freed);
     for (unsigned i = 0; i < n; i++) {
         if ((freed >> i) & 1) {
             *field[i] = NULL;
@@ -278,7 +286,7 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
     const struct h3_span inputs[3] = {{in[0], in[0] + in_bytes},
                                       {cs[0][0], cs[0][0] + (uint64_t)tokens * 96},
                                       {cs[0][1], cs[0][1] + (uint64_t)tokens * 96}};
-    if (!h3_qk_drop_freed(&p, rows, inputs, 3))
+    if (!h3_qk_drop_freed(&p, rows, inputs, 3, calls))
         return "aliased";
     p.qkv = (const void *)(uintptr_t)in[0];
     p.token_stride = r->arg[QK_TOKEN_STRIDE];

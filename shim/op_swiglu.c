@@ -10,7 +10,8 @@
  * wiring) is in the signature's compared bytes and references, so a matched
  * group has exactly that layout; only the pointers change, and they are read
  * from the held-back launches' parameters.
- * Writes both the silu output and the product, as the unfused launches do,
+ * Writes both the silu output and the product, as the unfused launches do
+ * (the silu output only while the allocator has not freed it: released.c),
  * eight elements per thread where the pointers and strides allow it.
  */
 #include "h3shim.h"
@@ -77,13 +78,19 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     memcpy(&out, pm + r->arg[SW_MUL_OUT], 8);
     uint64_t up = gate + 2 * (uint64_t)r->arg[SW_WIDTH];
     long long stride = r->arg[SW_IN_STRIDE], rows = r->arg[SW_ROWS], width = r->arg[SW_WIDTH];
-    /* No output in the other's or in the input's memory (PyTorch's allocator
-     * may reuse freed memory inside a group; see ops.c): else the kernel's
-     * threads could race on elements another thread reads. */
+    /* No written output in the other's or in the input's memory (PyTorch's
+     * allocator may reuse freed memory inside a group; see ops.c): else the
+     * kernel's threads could race on elements another thread reads.  The
+     * silu output is not written once the allocator freed it (released.c). */
     const uint64_t dense = 2 * (uint64_t)rows * (uint64_t)width;
-    const struct h3_span o_silu = {silu_out, silu_out + dense}, o_mul = {out, out + dense},
+    const struct h3_span o[2] = {{silu_out, silu_out + dense}, {out, out + dense}},
                          in = {gate, up + 2 * ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)width)};
-    if (h3_spans_overlap(o_silu, o_mul) || h3_spans_overlap(o_silu, in) || h3_spans_overlap(o_mul, in))
+    const struct h3_deferred *by[2] = {silu, mul};
+    if ((h3_outputs_released(o, by, 2, 0) & 1) != 0)
+        silu_out = 0;
+    else if (h3_spans_overlap(o[0], o[1]) || h3_spans_overlap(o[0], in))
+        return "aliased";
+    if (h3_spans_overlap(o[1], in))
         return "aliased";
     void *args[] = {&gate, &up, &stride, &silu_out, &out, &rows, &width};
     /* Eight elements per thread where every access can be 16 bytes wide. */

@@ -57,6 +57,7 @@ struct h3_op_counts {
     atomic_ulong fallbacks[H3_OP_REASONS];
     _Atomic(const char *) note[H3_OP_REASONS]; /* ... and how it ran where it has more than one way */
     atomic_ulong noted[H3_OP_REASONS];
+    atomic_ulong left_out, left_out_bytes; /* outputs the allocator had freed, not written (released.c) */
 };
 static struct h3_op_counts h3_op_counts[H3_OPS_COUNT];
 static bool h3_op_on[H3_OPS_COUNT];
@@ -212,6 +213,20 @@ const char *h3_op_take_note(void)
     return how;
 }
 
+/* The outputs the ops run by this thread left out since the last take. */
+static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
+    uint32_t outputs;
+    uint64_t bytes;
+} h3_op_last_left_out;
+
+void h3_op_take_left_out(uint32_t *outputs, uint64_t *bytes)
+{
+    *outputs = h3_op_last_left_out.outputs;
+    *bytes = h3_op_last_left_out.bytes;
+    h3_op_last_left_out.outputs = 0;
+    h3_op_last_left_out.bytes = 0;
+}
+
 /* Why `op` may not run on the current device, or NULL. */
 static const char *h3_op_sm_guard(unsigned i, const struct h3_op *op)
 {
@@ -257,7 +272,11 @@ const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *cal
 {
     unsigned i = h3_op_index(r->op);
     uint64_t t0 = h3_hot.stats ? h3_stats_clock() : 0, forward0 = h3_thread.forward_ns;
+    uint32_t left;
+    uint64_t left_bytes;
+    h3_released_take(&left, &left_bytes); /* nothing of this run's yet */
     const char *why = r->op->run(r, calls, anchor);
+    h3_released_take(&left, &left_bytes);
     if (t0 != 0)
         atomic_fetch_add_explicit(&h3_op_counts[i].own_ns, h3_own_ns_since(t0, forward0), memory_order_relaxed);
     if (why != NULL) {
@@ -266,6 +285,12 @@ const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *cal
     }
     atomic_fetch_add_explicit(&h3_op_counts[i].runs, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_op_counts[i].calls, h3_op_range_calls(r), memory_order_relaxed);
+    if (left != 0) {
+        atomic_fetch_add_explicit(&h3_op_counts[i].left_out, left, memory_order_relaxed);
+        atomic_fetch_add_explicit(&h3_op_counts[i].left_out_bytes, left_bytes, memory_order_relaxed);
+        h3_op_last_left_out.outputs += left;
+        h3_op_last_left_out.bytes += left_bytes;
+    }
     return NULL;
 }
 
@@ -302,6 +327,10 @@ void h3_ops_print_stats(void (*line)(const char *fmt, ...))
              h3_ops[i]->name, runs, atomic_load(&k->calls),
              (double)(atomic_load(&k->own_ns) + atomic_load(&k->check_ns)) * per,
              (double)atomic_load(&k->check_ns) * per);
+        unsigned long left = atomic_load(&k->left_out);
+        if (left != 0)
+            line("op %-12s left out %lu outputs the allocator had freed (%.1f MiB, %.1f a run)", h3_ops[i]->name,
+                 left, (double)atomic_load(&k->left_out_bytes) / 1048576.0, (double)left * per);
         for (unsigned s = 0; s < H3_OP_REASONS; s++) {
             const char *how = atomic_load(&k->note[s]);
             if (how != NULL)
@@ -322,6 +351,8 @@ void h3_ops_reset(void)
         atomic_store(&h3_op_counts[i].calls, 0);
         atomic_store(&h3_op_counts[i].own_ns, 0);
         atomic_store(&h3_op_counts[i].check_ns, 0);
+        atomic_store(&h3_op_counts[i].left_out, 0);
+        atomic_store(&h3_op_counts[i].left_out_bytes, 0);
         for (unsigned s = 0; s < H3_OP_REASONS; s++) {
             atomic_store(&h3_op_counts[i].reason[s], NULL);
             atomic_store(&h3_op_counts[i].fallbacks[s], 0);

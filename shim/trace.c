@@ -307,6 +307,9 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
         h3_buf_puts(b, ",\"op\":");
         h3_buf_json_str(b, c->op);
         h3_buf_printf(b, ",\"op_calls\":%u", c->op_calls);
+        if (c->op_left_out != 0)
+            h3_buf_printf(b, ",\"left_out\":%u,\"left_out_bytes\":%llu", c->op_left_out,
+                          (unsigned long long)c->op_left_out_bytes);
     }
     if (c->op_how != NULL) {
         h3_buf_puts(b, ",\"op_how\":");

@@ -12,7 +12,7 @@ FAKE_RPATH   := -Wl,-rpath,'$$ORIGIN'
 # name:soname:version-node (node empty: unversioned, like the real driver)
 FAKE_LIBS := cudart:libcudart.so.13:libcudart.so.13 cuda:libcuda.so.1: \
              cublasLt:libcublasLt.so.13:libcublasLt.so.13 cublas:libcublas.so.13:libcublas.so.13 \
-             cudnn:libcudnn.so.9:libcudnn.so.9
+             cudnn:libcudnn.so.9:libcudnn.so.9 c10:libc10.so:
 fake_soname = $(word 2,$(subst :, ,$(filter $(1):%,$(FAKE_LIBS))))
 fake_node   = $(word 3,$(subst :, ,$(filter $(1):%,$(FAKE_LIBS))))
 FAKE_SOS    := $(foreach l,$(FAKE_LIBS),$(FAKE_DIR)/$(word 2,$(subst :, ,$(l))))
@@ -28,7 +28,7 @@ $(1)/libh3fakelog.so: tests/fake/fakelog.c $(FAKE_HDR)
 $(1)/libh3fakeframework.so: tests/fake/framework.c $(FAKE_HDR) $(foreach l,$(FAKE_LIBS),$(1)/$(word 2,$(subst :, ,$(l))))
 	$$(CC) $(2) -shared -Wl,-soname,libh3fakeframework.so -o $$@ $$< \
 	  -L$(1) -l:libcudart.so.13 -l:libcuda.so.1 -l:libcublasLt.so.13 -l:libcublas.so.13 \
-	  -l:libcudnn.so.9 -lh3fakelog -Wl,-rpath,'$$$$ORIGIN'
+	  -l:libcudnn.so.9 -l:libc10.so -lh3fakelog -Wl,-rpath,'$$$$ORIGIN'
 endef
 
 # FAKE_LIB_RULE(dir, cflags, name): one fake CUDA library with its soname
@@ -106,6 +106,11 @@ $(B)/tests/h3-block1-%-replay.txt: tests/record/data/h3-block1-h200-torch2.11-%.
 	@mkdir -p $(@D)
 	python3 scripts/trace_replay.py $< -o $@
 ALIAS_REPLAYS += $(B)/tests/h3-block1-cuda1-replay.txt $(B)/tests/h3-block1-thread-replay.txt
+# The block stream with the frees PyTorch's caching allocator reports (F lines):
+# where the block's code makes them, and moved before the groups that made the tensors.
+$(B)/tests/h3-block3-frees-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_frees.py
+	python3 tests/tools/replay_frees.py $* $< $@
+ALIAS_REPLAYS += $(B)/tests/h3-block3-frees-after.txt $(B)/tests/h3-block3-frees-before.txt
 
 check-asan: $(B)/asan/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig $(B)/tests/h3-block3-replay.txt \
   $(ALIAS_REPLAYS)

@@ -520,6 +520,20 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
 
 FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *opts, long *bad_line);
 
+/* PyTorch's caching allocator reporting a block (libc10_cuda.so calling
+ * libc10.so): `size` bytes at `ptr`, negative for a free, on a device of
+ * `type` (1: CUDA). */
+struct fw_c10_device {
+    int8_t type, index;
+};
+void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, int64_t size, size_t allocated, size_t reserved,
+                                                           struct fw_c10_device d);
+FAKE_EXPORT void fw_c10_report(uintptr_t ptr, long long size, int type)
+{
+    _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE((void *)ptr, size, 1u << 20, 1u << 21,
+                                                          (struct fw_c10_device){(int8_t)type, 0});
+}
+
 FAKE_EXPORT long fw_replay(const char *path, long *bad_line)
 {
     return fw_replay_with(path, NULL, bad_line);
@@ -554,6 +568,10 @@ FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *o
         char *save = NULL;
         for (char *t = strtok_r(line, " \n", &save); t != NULL && n < 64; t = strtok_r(NULL, " \n", &save))
             tok[n++] = t;
+        if (n == 3 && strcmp(tok[0], "F") == 0) { /* a free the allocator reports; not a call */
+            fw_c10_report((uintptr_t)strtoull(tok[1], NULL, 0), -strtoll(tok[2], NULL, 0), 1);
+            continue;
+        }
         long long r = -1;
         if (calls == o->insert_before && n > 1 &&
             fw_insert(o->insert, fw_replay_stream(tok[strcmp(tok[0], "L") == 0 ? 9 : 1], o->stream), o->insert_ptr) != 0) {

@@ -59,5 +59,7 @@ typedef void fw_setup_fn(void);
 typedef long fw_replay_fn(const char *path, long *bad_line);
 typedef long fw_replay_with_fn(const char *path, const struct fw_replay_opts *opts, long *bad_line);
 typedef long long fw_call_fn(const char *name, uint64_t seed, uint64_t *sent, int *nargs);
+/* PyTorch's caching allocator reporting `size` bytes at `ptr` (negative: a free) on a device of `type` (1: CUDA). */
+typedef void fw_c10_report_fn(uintptr_t ptr, long long size, int type);
 
 #endif

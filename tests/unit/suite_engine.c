@@ -22,6 +22,8 @@
 #define T_REPLAY_SWIGLU_ALIAS "build/tests/h3-block3-replay-swiglu-out-in-gate.txt"
 #define T_REPLAY_LAST_H_ALIAS "build/tests/h3-block3-replay-last-h-in-b16.txt"
 #define T_REPLAY_SWIGLU_UNALIGNED "build/tests/h3-block3-replay-swiglu-out-unaligned.txt"
+#define T_REPLAY_FREES "build/tests/h3-block3-frees-after.txt"
+#define T_REPLAY_FREES_BEFORE "build/tests/h3-block3-frees-before.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
 
@@ -231,6 +233,46 @@ static size_t count_lines_starting(const char *text, const char *prefix)
 }
 
 #define H3_ARRAY_LEN_T(a) (sizeof(a) / sizeof((a)[0]))
+
+/* `log`'s lines that start with one of `prefixes` (NULL-terminated), or
+ * without `keep`, its other lines. */
+static char *lines_filtered(const char *log, const char *const *prefixes, bool keep)
+{
+    char *out = malloc(strlen(log) + 1), *o = out;
+    for (const char *at = log; *at != '\0';) {
+        const char *nl = strchr(at, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - at) + 1 : strlen(at);
+        bool match = false;
+        for (const char *const *p = prefixes; *p != NULL && !match; p++)
+            match = strncmp(at, *p, strlen(*p)) == 0;
+        if (match == keep) {
+            memcpy(o, at, len);
+            o += len;
+        }
+        at += len;
+    }
+    *o = '\0';
+    return out;
+}
+
+/* `log`'s lines that start with `prefix`; without them. */
+static char *lines_only(const char *log, const char *prefix)
+{
+    return lines_filtered(log, (const char *const[]){prefix, NULL}, true);
+}
+
+static char *lines_without(const char *log, const char *prefix)
+{
+    return lines_filtered(log, (const char *const[]){prefix, NULL}, false);
+}
+
+/* Every op's check line in `log` (the fakes' kernels log one a launch), in order. */
+static char *op_checks(const char *log)
+{
+    return lines_filtered(log, (const char *const[]){"qk_check ", "swiglu_check ", "rmsnorm_check ",
+                                                      "residual_check ", "residual_staged_check ", NULL},
+                          true);
+}
 
 /* With several ops: deferred launches = launches the ops took + those flushed. */
 static void check_accounting_ops(const char *stats)
@@ -826,12 +868,153 @@ START_TEST(qk_norm_rope_replaces_the_18_launches_of_q_and_k)
     check_accounting_ops(stats);
     ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "qk_check 0 "), 0);
+    /* Not written: the outputs a later one of the group overlaps, as the
+     * recording's allocator placed them: q's rstd (where k's went), never
+     * k's rstd or sum, nor what attention reads. */
+    size_t checked = 0;
+    for (const char *at = strstr(log, "qk_check 1 "); at != NULL; at = strstr(at + 1, "qk_check 1 ")) {
+        unsigned long dropped = strtoul(at + 11, NULL, 16);
+        ck_assert_msg((dropped >> 2 & 1) && !(dropped >> 12 & 1) && !(dropped >> 18 & 1) && !(dropped >> 9 & 1) &&
+                          !(dropped >> 19 & 1), "dropped %lx", dropped);
+        checked++;
+    }
+    ck_assert_uint_eq(checked, T_INSTANCES);
     /* The recorded pointers and strides are aligned: the four-wide kernel every time. */
     ck_assert_uint_eq(t_count(log, " 1 -> 0\n"), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(base, "exec ") - 17 * T_INSTANCES);
     free(stats);
     free(log);
     free(base);
+}
+END_TEST
+
+/* ---- what the allocator freed (released.c) ---- */
+
+#define T_C10_REPORT "reportMemoryUsageToProfiler"
+#define T_FREES 210 /* the F lines tests/tools/replay_frees.py adds: 23 a block, 3 outside */
+
+/* The block with the frees PyTorch's allocator reports where the block's
+ * code makes them (tests/tools/replay_frees.py): each op leaves out what was
+ * freed after its launch and writes the rest.  q's and k's intermediates go
+ * (all but what attention reads), silu's output, both residuals' products
+ * and every norm's rstd; the norms' FP32 outputs (the Python code keeps
+ * them in `n`), h' and the GEMMs' inputs stay.  Every report reaches the
+ * real function unchanged. */
+START_TEST(ops_leave_out_what_the_allocator_freed)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    t_run.replay = T_REPLAY_FREES;
+    char *base = replay_with("frees-base", t_disabled, NULL);
+    char *stats;
+    t_run.trace = t_path("frees.jsonl");
+    char *log = replay_with("frees", env, &stats);
+    char *trace = t_read_file(t_run.trace, NULL);
+    t_run.trace = NULL;
+    t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "skip_released: on") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op qk_norm_rope 9 groups run (162 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op residual_norm 18 groups run (54 calls)") != NULL, "%s", tail_of(stats));
+    /* q's and k's fields but `out` (9 and 19), in every block. */
+    ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 7fdff 1 "), T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 0 "), T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 2 "), T_INSTANCES); /* norm1: rstd */
+    /* The mid-block residual: p and rstd (y stays: `n` holds it); the last: p, and it has no norm. */
+    ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 5 ") +
+                          count_lines_starting(log, "residual_staged_check 1 5 "), T_INSTANCES);
+    ck_assert_uint_eq(count_lines_starting(log, "residual_check 1 f ") +
+                          count_lines_starting(log, "residual_staged_check 1 f "), T_INSTANCES);
+    ck_assert_msg(strstr(stats, "op qk_norm_rope left out") != NULL, "%s", tail_of(stats));
+    /* The ops that ran at the call after their group say so there, with what they left out. */
+    ck_assert_uint_eq(t_count(trace, "\"group_call\":23,\"op\":\"qk_norm_rope\",\"op_calls\":18,\"left_out\":"),
+                      T_INSTANCES);
+    /* Every report went on, unchanged, in order. */
+    char *reports = lines_only(log, T_C10_REPORT), *base_reports = lines_only(base, T_C10_REPORT);
+    ck_assert_uint_eq(count_lines_starting(reports, T_C10_REPORT), T_FREES);
+    ck_assert_str_eq(reports, base_reports);
+    free(reports);
+    free(base_reports);
+    free(trace);
+    free(stats);
+    free(log);
+    free(base);
+}
+END_TEST
+
+/* The same frees with H3SHIM_SKIP_RELEASED=0, and moved before the groups
+ * that made the tensors (memory an earlier owner freed): every op writes
+ * what it writes without them, and runs where it ran without them. */
+START_TEST(frees_before_a_launch_or_switched_off_leave_nothing_out)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    static const char *const off[] = {"H3SHIM_OPS=all", "H3SHIM_SKIP_RELEASED=0", NULL};
+    char *plain = replay_with("frees-plain", env, NULL);
+    char *want = op_checks(plain);
+    t_run.replay = T_REPLAY_FREES;
+    char *stats;
+    char *log = replay_with("frees-off", off, &stats);
+    ck_assert_msg(strstr(stats, "skip_released: off") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "left out") == NULL, "%s", tail_of(stats));
+    char *got = op_checks(log);
+    ck_assert_str_eq(got, want);
+    free(got);
+    free(log);
+    free(stats);
+    t_run.replay = T_REPLAY_FREES_BEFORE;
+    log = replay_with("frees-before", env, &stats);
+    ck_assert_msg(strstr(stats, "skip_released: on") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "left out") == NULL, "%s", tail_of(stats));
+    got = op_checks(log);
+    ck_assert_str_eq(got, want);
+    t_run.replay = NULL;
+    free(got);
+    free(log);
+    free(stats);
+    free(want);
+    free(plain);
+}
+END_TEST
+
+/* The index of the first block's attention call (cuDNN, after the 18 launches of q and k) in T_REPLAY. */
+static long first_attention_call(void)
+{
+    char *path = t_repo_path(T_REPLAY);
+    char *text = t_read_file(path, NULL);
+    ck_assert(text != NULL);
+    long calls = 0, at = -1, copy_at = -100;
+    for (char *l = strtok(text, "\n"); l != NULL && at < 0; l = strtok(NULL, "\n"), calls++) {
+        if (strstr(l, "direct_copy_kernel_cuda") != NULL && copy_at < calls - 18)
+            copy_at = calls;
+        if (strncmp(l, "C ", 2) == 0 && copy_at == calls - 18)
+            at = calls;
+    }
+    free(text);
+    free(path);
+    ck_assert_int_ge(at, 0);
+    return at;
+}
+
+/* A group complete and waiting for its thread's next call is issued as it
+ * was made when another thread's call on its stream comes first (held
+ * launches precede it), like any held group: q and k of the first block
+ * unfused, the rest as above. */
+START_TEST(a_complete_group_waits_for_no_other_thread)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    t_run.replay = T_REPLAY_FREES;
+    t_run.opts = (struct fw_replay_opts){first_attention_call(), FW_INSERT_OTHER_THREAD, 0, 0, 0};
+    char *stats;
+    char *log = replay_with("frees-other-thread", env, &stats);
+    t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "op qk_norm_rope 8 groups run (144 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "flush other_thread     1 groups issued untouched (18 calls)") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 7fdff 1 "), T_INSTANCES - 1);
+    free(stats);
+    free(log);
 }
 END_TEST
 
@@ -1221,23 +1404,6 @@ START_TEST(another_models_calls_are_forwarded_idle)
     free(base);
 }
 END_TEST
-
-/* `log` without its lines that start with `prefix`. */
-static char *lines_without(const char *log, const char *prefix)
-{
-    char *out = malloc(strlen(log) + 1), *o = out;
-    for (const char *at = log; *at != '\0';) {
-        const char *nl = strchr(at, '\n');
-        size_t len = nl != NULL ? (size_t)(nl - at) + 1 : strlen(at);
-        if (strncmp(at, prefix, strlen(prefix)) != 0) {
-            memcpy(o, at, len);
-            o += len;
-        }
-        at += len;
-    }
-    *o = '\0';
-    return out;
-}
 
 /* Idle calls change nothing that comes after them: a process that ran
  * another model first recognises and fuses every block after it, as one
@@ -1845,6 +2011,9 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, qk_norm_rope_replaces_the_18_launches_of_q_and_k);
     tcase_add_test(ops, all_ops_share_the_block);
     tcase_add_test(ops, planners_survive_mutated_signatures);
+    tcase_add_test(ops, ops_leave_out_what_the_allocator_freed);
+    tcase_add_test(ops, frees_before_a_launch_or_switched_off_leave_nothing_out);
+    tcase_add_test(ops, a_complete_group_waits_for_no_other_thread);
     suite_add_tcase(s, ops);
     return s;
 }

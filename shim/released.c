@@ -1,0 +1,170 @@
+/*
+ * What PyTorch's caching allocator frees, so that a fused op need not write
+ * an output nothing can read any more.
+ *
+ * The allocator in libc10_cuda.so reports every block it hands out and
+ * every block it takes back to c10::reportMemoryUsageToProfiler in
+ * libc10.so (a call between two libraries, so the preloaded shim's
+ * definition is the one bound), with the block's address, its size
+ * (negative for a free) and the device.  It reports a free when the last
+ * tensor on the block's memory is gone, whatever the stream uses, and in
+ * CUDA graph captures too.  The shim forwards every report to the real
+ * function (a memory profiler still sees them all), and while the calling
+ * thread holds launches it logs each free of CUDA memory with the number of
+ * launches then held (engine.c keeps the log with the thread's queue).
+ *
+ * The rule: an output of a held launch that a free logged after that launch
+ * overlaps is left out by the fused op.  Two blocks the allocator hands out
+ * never overlap while both are in use, so a free after the launch that
+ * touches its output's bytes is the free of that output's block (or of one
+ * the same memory was given to after it was freed): no tensor refers to the
+ * output any more, and whatever gets its memory next is written before it is
+ * read, by calls the shim sees after the op.  Autograd, a hook or any Python
+ * reference that keeps the tensor keeps its block: no free, and the output
+ * is written.  Where no report comes (the cudaMallocAsync backend,
+ * PYTORCH_NO_CUDA_MEMORY_CACHING, another framework), every output is
+ * written.  Frees made on another thread are not logged: written too.
+ *
+ * Most of a block's intermediates are freed only once the launch that
+ * reads them returns to Python, after the group's last launch; so while the
+ * rule is on, the engine runs a complete group at the thread's next
+ * observed call instead of at its last launch (engine.c).
+ *
+ * Owns: the interposed report function, the switch (H3SHIM_SKIP_RELEASED)
+ * and the counts of outputs left out.
+ * Never: changes what the report function does for PyTorch, or leaves out
+ * an output without a free logged after it was launched.
+ */
+#include "h3shim.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+/* Validated: tests/evidence/2026-11-30-nvidia-h200-skip-released-*.md (the kernels with the
+ * outputs left out, the quick and full decodes with the rule on, bitwise). */
+static const int h3_released_validated[] = {90};
+
+/* c10::Device: DeviceType (int8, CUDA = 1) and index (int8), passed by value. */
+struct h3_c10_device {
+    int8_t type, index;
+};
+#define H3_C10_CUDA 1
+#define H3_C10_REPORT "_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE"
+typedef void h3_c10_report_fn(void *ptr, int64_t alloc_size, size_t total_allocated, size_t total_reserved,
+                              struct h3_c10_device device);
+
+H3_EXPORT void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, int64_t alloc_size,
+                                                                      size_t total_allocated, size_t total_reserved,
+                                                                      struct h3_c10_device device);
+
+static atomic_bool h3_released_seen; /* a report about CUDA memory has come */
+static _Atomic(h3_c10_report_fn *) h3_c10_real;
+
+/* The real function, in the libc10.so the process loaded (PyTorch loads it
+ * RTLD_LOCAL at times, where RTLD_NEXT would not find it); NULL when none
+ * is loaded.  Tried at initialisation, so that a report seldom has to look
+ * it up itself (it comes with the allocator's lock held).  Before libc10 is
+ * loaded, nothing calls the report, so a miss here costs nothing. */
+void h3_released_resolve(void)
+{
+    if (atomic_load_explicit(&h3_c10_real, memory_order_acquire) != NULL)
+        return;
+    void *h = dlopen("libc10.so", RTLD_NOW | RTLD_NOLOAD);
+    void *f = h != NULL ? h3_real_dlsym(h, H3_C10_REPORT) : NULL;
+    if (f == NULL)
+        f = h3_real_dlsym(RTLD_NEXT, H3_C10_REPORT);
+    if (f != NULL && f != (void *)_ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE)
+        atomic_store_explicit(&h3_c10_real, (h3_c10_report_fn *)f, memory_order_release);
+    /* The handle is kept: libc10.so stays loaded while the pointer is used. */
+}
+
+
+/* c10::reportMemoryUsageToProfiler(void *, int64_t, size_t, size_t, c10::Device). */
+H3_EXPORT void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, int64_t alloc_size,
+                                                                      size_t total_allocated, size_t total_reserved,
+                                                                      struct h3_c10_device device)
+{
+    h3_c10_report_fn *f = atomic_load_explicit(&h3_c10_real, memory_order_acquire);
+    if (f == NULL) {
+        h3_released_resolve();
+        f = atomic_load_explicit(&h3_c10_real, memory_order_acquire);
+    }
+    if (device.type == H3_C10_CUDA && atomic_load_explicit(&h3_hot.state, memory_order_acquire) == 1) {
+        if (!atomic_load_explicit(&h3_released_seen, memory_order_relaxed))
+            atomic_store_explicit(&h3_released_seen, true, memory_order_relaxed);
+        if (alloc_size < 0 && ptr != NULL && atomic_load_explicit(&h3_hot.holding, memory_order_relaxed) != 0)
+            h3_engine_note_free((uint64_t)(uintptr_t)ptr, (uint64_t)(uintptr_t)ptr - (uint64_t)alloc_size);
+    }
+    if (f != NULL)
+        f(ptr, alloc_size, total_allocated, total_reserved, device);
+}
+
+/* H3SHIM_SKIP_RELEASED: 1, 0, or -1 (unset: on where validated). */
+static int h3_released_switch(void)
+{
+    const char *v = h3_config.skip_released;
+    if (v == NULL || *v == '\0')
+        return -1;
+    if (strcmp(v, "1") == 0 || strcmp(v, "0") == 0)
+        return v[0] == '1';
+    H3_WARN_ONCE(H3_SUB_CONFIG, "H3SHIM_SKIP_RELEASED=%s: expected 0 or 1; on where validated", v);
+    return -1;
+}
+
+bool h3_released_on(void)
+{
+    if (!atomic_load_explicit(&h3_released_seen, memory_order_relaxed))
+        return false;
+    int sw = h3_released_switch();
+    if (sw >= 0)
+        return sw == 1;
+    int sm = h3_kernels_sm();
+    for (unsigned i = 0; i < H3_ARRAY_LEN(h3_released_validated); i++)
+        if (h3_released_validated[i] == sm)
+            return true;
+    return false;
+}
+
+/* This thread's outputs left out since the last take. */
+static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
+    uint32_t outputs;
+    uint64_t bytes;
+} h3_left_out;
+
+uint64_t h3_outputs_released(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n,
+                             uint64_t unwritten)
+{
+    const struct h3_frees *f = h3_engine_frees();
+    if (f == NULL || f->n == 0 || !h3_released_on())
+        return 0;
+    uint64_t released = 0;
+    for (unsigned i = 0; i < n && i < 64; i++) {
+        int64_t made = h3_engine_held_index(by[i]);
+        if (made < 0 || out[i].lo == 0 || ((unwritten >> i) & 1))
+            continue;
+        for (uint32_t k = 0; k < f->n; k++)
+            if (f->at[k].after > (uint64_t)made &&
+                h3_spans_overlap(out[i], (struct h3_span){f->at[k].lo, f->at[k].hi})) {
+                released |= 1ull << i;
+                h3_left_out.outputs++;
+                h3_left_out.bytes += out[i].hi - out[i].lo;
+                break;
+            }
+    }
+    return released;
+}
+
+void h3_released_take(uint32_t *outputs, uint64_t *bytes)
+{
+    *outputs = h3_left_out.outputs;
+    *bytes = h3_left_out.bytes;
+    h3_left_out.outputs = 0;
+    h3_left_out.bytes = 0;
+}
+
+const char *h3_released_state(void)
+{
+    if (!atomic_load(&h3_released_seen))
+        return "no report from PyTorch's caching allocator: every output written";
+    return h3_released_on() ? "on" : "off (H3SHIM_SKIP_RELEASED, or not validated on this GPU)";
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Adds to a replay file (scripts/trace_replay.py's output) the frees that
+PyTorch's caching allocator reports while the H3 block runs, as lines
+"F ADDRESS BYTES", where the block's Python code (scripts/h3_vae.py) drops
+the last reference to each tensor:
+
+  - every RMSNorm's rstd, after the norm (F.rms_norm returns only its output);
+  - q and k (calls 5-22): the FP32 copy after the norm, the norm's output
+    after its cast, the rope's products and neg, cat and sum after the launch
+    that reads them, the FP16 norm after the rope's last cat (q and k are
+    rebound to the rope's output);
+  - silu's output after the mul by the up half;
+  - each scaled residual's product after the add.
+
+What attention reads, the residual stream and the GEMMs' inputs are not
+freed.  The fake framework passes each F line to c10's report as
+libc10_cuda.so would (tests/fake/framework.c).
+
+    python3 tests/tools/replay_frees.py WHEN IN OUT
+
+WHEN:
+  after    each free where PyTorch makes it (after the launch that last
+           reads the tensor): a fused op leaves those outputs out
+  before   each free moved to before the first launch of the group that
+           made the tensor, as if the memory had been freed by an earlier
+           owner: nothing may be left out
+"""
+import sys
+
+DATA2, DATA3 = 504, 608  # the data pointers after a 2- and a 3-operand OffsetCalculator closure
+MUL_F32 = "gpu_kernel_implINS0_13BinaryFunctorIfffNS0_15binary_internal10MulFunctorIf"
+# q's and k's outputs per row (bytes), and where each launch of the 18 keeps them.
+QK_ROW = {"f32": 256, "y": 256, "n16": 128, "a": 96, "neg": 48, "rot": 96, "b": 96, "sum": 96}
+
+
+def params(line):
+    t = line.split(" ")
+    n = int(t[10])
+    return t, t[11 + n:11 + 2 * n]
+
+
+def ptr(line, param, off=0):
+    h = params(line)[1][param]
+    return int.from_bytes(bytes.fromhex(h[2 * off:2 * off + 16]), "little")
+
+
+def count(line):
+    return int.from_bytes(bytes.fromhex(params(line)[1][0][:8]), "little")
+
+
+def frees(lines):
+    """(producer line, free after line, address, bytes) for every free the block's code makes."""
+    out = []
+    for i, line in enumerate(lines):
+        if not line.startswith("L "):
+            continue
+        name = line.split(" ")[1]
+        if "vectorized_layer_norm_kernel" in name:
+            out.append((i, i, ptr(line, 6), int(line.split(" ")[2]) * 4))
+        elif "silu_kernel" in name:
+            out.append((i, i + 1, ptr(line, 1, DATA2), count(line) * 2))
+        elif MUL_F32 in name and "CUDAFunctor_add" in lines[i + 1]:
+            out.append((i, i + 1, ptr(line, 1, DATA3), count(line) * 4))
+    for c, line in enumerate(lines):
+        if not line.startswith("C ") or c < 18 or "direct_copy_kernel_cuda" not in lines[c - 18]:
+            continue
+        g = c - 18
+        rows = int(lines[g + 1].split(" ")[2])  # the q norm's grid: one block per row
+        for side in (0, 1):
+            cp, nm, ca = g + 3 * side, g + 3 * side + 1, g + 3 * side + 2
+            r = g + 6 + 6 * side  # mul1, neg, cat1, mul2, add, cat2
+            out += [(cp, nm, ptr(lines[cp], 1, DATA2), rows * QK_ROW["f32"]),
+                    (nm, ca, ptr(lines[nm], 7), rows * QK_ROW["y"]),
+                    (ca, r + 5, ptr(lines[ca], 2), rows * QK_ROW["n16"]),
+                    (r, r + 4, ptr(lines[r], 1, DATA3), rows * QK_ROW["a"]),
+                    (r + 1, r + 2, ptr(lines[r + 1], 1, DATA2), rows * QK_ROW["neg"]),
+                    (r + 2, r + 3, ptr(lines[r + 2], 0), rows * QK_ROW["rot"]),
+                    (r + 3, r + 4, ptr(lines[r + 3], 1, DATA3), rows * QK_ROW["b"]),
+                    (r + 4, r + 5, ptr(lines[r + 4], 2), rows * QK_ROW["sum"])]
+    return out
+
+
+def group_start(lines, i):
+    while i > 0 and lines[i - 1].startswith("L "):
+        i -= 1
+    return i
+
+
+def main():
+    when, src, dst = sys.argv[1:4]
+    if when not in ("after", "before"):
+        sys.exit(__doc__)
+    lines = [x for x in open(src).read().split("\n") if x]
+    before, after = {}, {}
+    for made, freed, addr, size in frees(lines):
+        if when == "after":
+            after.setdefault(freed, []).append(f"F {addr:#x} {size}")
+        else:
+            before.setdefault(group_start(lines, made), []).append(f"F {addr:#x} {size}")
+    out = []
+    for i, line in enumerate(lines):
+        out += before.get(i, []) + [line] + after.get(i, [])
+    open(dst, "w").write("\n".join(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
