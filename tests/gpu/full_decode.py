@@ -55,8 +55,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"))
     ap.add_argument("--arms", default="A,S,G,SG,R,RG",
-                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG,WG,NG (A always runs; O and OG: H3SHIM_OPS=--ops; "
-                         "WG and NG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1 and =0, CUDA graphs)")
+                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG,WG,NG,K,KG (A always runs; O and OG: "
+                         "H3SHIM_OPS=--ops; WG and NG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1 and =0, CUDA "
+                         "graphs; K and KG: the defaults with H3SHIM_SKIP_RELEASED=0, every output written)")
     ap.add_argument("--ops", default="swiglu", help="H3SHIM_OPS of arms O and OG")
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
     ap.add_argument("--shim-b", help="another build of the shim: arm P runs it eager with H3SHIM_OPS=--ops, "
@@ -68,7 +69,8 @@ def main():
             "R": (a.shim, False, replay), "RG": (a.shim, True, replay),
             "O": (a.shim, False, ops), "OG": (a.shim, True, ops), "P": (a.shim_b, False, ops),
             "WG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "1"}),
-            "NG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "0"})}
+            "NG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "0"}),
+            "K": (a.shim, False, {"H3SHIM_SKIP_RELEASED": "0"}), "KG": (a.shim, True, {"H3SHIM_SKIP_RELEASED": "0"})}
     wanted = set(a.arms.split(","))
     graphs_wanted = any(arms[k][1] for k in wanted if k in arms)  # G: the graph arms' reference
     arms = {k: v for k, v in arms.items()

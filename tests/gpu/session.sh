@@ -24,9 +24,12 @@
 #   graphs     weight_cache inside captures: test_weight_cache.py --graphs, then the
 #              quick and the full decode with arms SG (the defaults) and NG
 #              (H3SHIM_WEIGHT_CACHE_GRAPHS=0) (5 min)
-#   profile    serve.py --profile-block without and with the shim (defaults):
-#              one block at 1797 tokens, eager, graph replay and per-kernel
-#              GPU time (1 min)
+#   profile    serve.py --profile-block without and with the shim (defaults, and
+#              the defaults with H3SHIM_SKIP_RELEASED=0): one block at 1797
+#              tokens, eager, graph replay and per-kernel GPU time (2 min)
+#   released   full_decode.py: the defaults beside H3SHIM_SKIP_RELEASED=0 (arms
+#              K, KG), eager and graphs, on the quick latent (1 round), then
+#              the full decode (2 rounds) (6 min)
 #   pairs      robust.py's workloads arms P and Q alone (pairs of loops observed and
 #              paused, without and with stats) for PAIRS_WORKLOADS (default: the
 #              Llama and the ViT), 3 rounds (3-4 min)
@@ -103,6 +106,12 @@ for step in "${steps[@]}"; do
             run lt-check 150 env H3SHIM_LT_SHADOW=2 H3SHIM_STATS=1 LD_PRELOAD="$PWD/build/libh3shim.so" \
                 python3 scripts/serve.py --latent 1,24,12,24,24 --requests 2 ;;
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
+        released)
+            # The defaults beside H3SHIM_SKIP_RELEASED=0 (K, KG: every output written): the quick
+            # latent, one round, then the full decode, two rounds.
+            run released-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,K,SG,KG \
+                --rounds 1 --tag=-quick-released
+            run released-decode 420 python3 tests/gpu/full_decode.py --arms S,K,SG,KG --rounds 2 --tag=-released ;;
         workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds "${WORKLOADS_ROUNDS:-3}" --deadline 480 \
                        --tag=-workloads ;;
         pairs) # the host-bound workloads' pairs, with stats (Q) and without (P), 3 rounds
@@ -115,8 +124,10 @@ for step in "${steps[@]}"; do
             run graphs-decode 300 python3 tests/gpu/full_decode.py --arms SG,NG --rounds 2 --tag=-graphs ;;
         profile)
             # stdout is the JSON document; stderr (the shim's stats) goes beside it.
-            for arm in A S; do
-                pre=(); [[ $arm == S ]] && pre=(env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_STATS=1)
+            # K: the defaults with every output written (H3SHIM_SKIP_RELEASED=0).
+            for arm in A S K; do
+                pre=(); [[ $arm != A ]] && pre=(env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_STATS=1)
+                [[ $arm == K ]] && pre+=(H3SHIM_SKIP_RELEASED=0)
                 run "profile-$arm" 120 bash -c '"${@:2}" 2>"$1"' _ "$work/profile-$arm.err" \
                     ${pre[@]+"${pre[@]}"} python3 scripts/serve.py --profile-block --json
                 mv "$work/profile-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-block-$arm.json"
