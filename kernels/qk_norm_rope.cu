@@ -26,8 +26,12 @@
  *
  * h3_qk_norm_rope_f16x4 is the same with each lane's 4 elements loaded and
  * stored as one vector (8 bytes of FP16, 16 of FP32); the op uses it when
- * every pointer and stride allows that.  Both instantiate h3_qk_row, so they
- * compute the same values.
+ * every pointer and stride allows that.  h3_qk_norm_rope_out_f16x4 is that
+ * kernel writing only `out` (the op uses it when every other output is left
+ * out): without the other stores it needs fewer registers, so more rows are
+ * in flight.  All three instantiate h3_qk_row, so they compute the same
+ * values.  Each lane loads its cos and sin before the reduction, so that
+ * their latency overlaps it.
  */
 #include <cuda_fp16.h>
 
@@ -96,7 +100,7 @@ __device__ static inline void h3_get16x4(const __half *p, unsigned short v[4])
     }
 }
 
-template <bool Wide>
+template <bool Wide, bool OutOnly>
 __device__ static inline void h3_qk_row(const struct h3_qk_params &p)
 {
     const long long row = (long long)blockIdx.x * 16 + threadIdx.x / 16;
@@ -111,8 +115,12 @@ __device__ static inline void h3_qk_row(const struct h3_qk_params &p)
                       (long long)head * 3 * H3_QK_DIM + which * H3_QK_DIM;
     const struct h3_qk_side o = p.side[which];
 
-    unsigned short xb[4];
+    unsigned short xb[4], cb[4], sb[4];
     h3_get16x4<Wide>(x + 4 * lane, xb);
+    if (4 * lane < H3_QK_ROPE) { /* lanes 0-11 rotate their 4 elements */
+        h3_get16x4<Wide>(reinterpret_cast<const __half *>(p.cosv) + token * p.cs_stride + 4 * lane, cb);
+        h3_get16x4<Wide>(reinterpret_cast<const __half *>(p.sinv) + token * p.cs_stride + 4 * lane, sb);
+    }
     float v[4];
     for (int i = 0; i < 4; i++)
         v[i] = h3_f(xb[i]);
@@ -138,17 +146,17 @@ __device__ static inline void h3_qk_row(const struct h3_qk_params &p)
     }
     if (!live)
         return;
-    if (lane == 0 && o.rstd != nullptr)
-        reinterpret_cast<float *>(o.rstd)[hr] = rstd;
     const long long at = hr * H3_QK_DIM + 4 * lane;
-    h3_put32x4<Wide>(o.f32, at, v);
-    h3_put32x4<Wide>(o.y, at, y);
-    h3_put16x4<Wide>(o.n16, at, n);
+    if (!OutOnly) {
+        if (lane == 0 && o.rstd != nullptr)
+            reinterpret_cast<float *>(o.rstd)[hr] = rstd;
+        h3_put32x4<Wide>(o.f32, at, v);
+        h3_put32x4<Wide>(o.y, at, y);
+        h3_put16x4<Wide>(o.n16, at, n);
+    }
     unsigned short out[4] = {n[0], n[1], n[2], n[3]};
     if (4 * lane < H3_QK_ROPE) { /* lanes 0-11: all 4 elements are rotated */
-        unsigned short cb[4], sb[4], a[4], rot[4], b[4];
-        h3_get16x4<Wide>(reinterpret_cast<const __half *>(p.cosv) + token * p.cs_stride + 4 * lane, cb);
-        h3_get16x4<Wide>(reinterpret_cast<const __half *>(p.sinv) + token * p.cs_stride + 4 * lane, sb);
+        unsigned short a[4], rot[4], b[4];
         for (int i = 0; i < 4; i++) {
             const int d = 4 * (int)lane + i;
             a[i] = h3_h(__fmul_rn(h3_f(n[i]), h3_f(cb[i])));
@@ -157,23 +165,30 @@ __device__ static inline void h3_qk_row(const struct h3_qk_params &p)
             b[i] = h3_h(__fmul_rn(h3_f(rot[i]), h3_f(sb[i])));
             out[i] = h3_h(__fadd_rn(h3_f(a[i]), h3_f(b[i])));
         }
-        const long long at48 = hr * H3_QK_ROPE + 4 * lane;
-        if (4 * lane < H3_QK_HALF) /* lanes 0-5 */
-            h3_put16x4<Wide>(o.neg, hr * H3_QK_HALF + 4 * lane, rot);
-        h3_put16x4<Wide>(o.a, at48, a);
-        h3_put16x4<Wide>(o.rot, at48, rot);
-        h3_put16x4<Wide>(o.b, at48, b);
-        h3_put16x4<Wide>(o.sum, at48, out);
+        if (!OutOnly) {
+            const long long at48 = hr * H3_QK_ROPE + 4 * lane;
+            if (4 * lane < H3_QK_HALF) /* lanes 0-5 */
+                h3_put16x4<Wide>(o.neg, hr * H3_QK_HALF + 4 * lane, rot);
+            h3_put16x4<Wide>(o.a, at48, a);
+            h3_put16x4<Wide>(o.rot, at48, rot);
+            h3_put16x4<Wide>(o.b, at48, b);
+            h3_put16x4<Wide>(o.sum, at48, out);
+        }
     }
     h3_put16x4<Wide>(o.out, at, out);
 }
 
 extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_f16(const struct h3_qk_params p)
 {
-    h3_qk_row<false>(p);
+    h3_qk_row<false, false>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_f16x4(const struct h3_qk_params p)
 {
-    h3_qk_row<true>(p);
+    h3_qk_row<true, false>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_out_f16x4(const struct h3_qk_params p)
+{
+    h3_qk_row<true, true>(p);
 }

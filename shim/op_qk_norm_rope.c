@@ -263,6 +263,19 @@ static bool h3_qk_wide(const struct h3_qk_params *p)
     return misaligned == 0;
 }
 
+/* Whether every output but what attention reads is left out: then the
+ * kernel that writes `out` alone (fewer registers, more rows in flight). */
+static bool h3_qk_out_only(const struct h3_qk_params *p)
+{
+    for (unsigned side = 0; side < 2; side++) {
+        void *const *f = (void *const *)&p->side[side];
+        for (unsigned k = 0; k < 9; k++) /* every field before `out` */
+            if (f[k] != NULL)
+                return false;
+    }
+    return true;
+}
+
 static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     (void)anchor;
@@ -298,8 +311,10 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
     p.eps = eps;
     void *args[] = {&p};
     const unsigned grid[3] = {(unsigned)((2 * rows + 15) / 16), 1, 1}, block[3] = {256, 1, 1};
-    return h3_kernels_launch(h3_qk_wide(&p) ? "h3_qk_norm_rope_f16x4" : "h3_qk_norm_rope_f16", &calls[0], grid,
-                             block, args);
+    const char *kernel = !h3_qk_wide(&p)     ? "h3_qk_norm_rope_f16"
+                         : h3_qk_out_only(&p) ? "h3_qk_norm_rope_out_f16x4"
+                                              : "h3_qk_norm_rope_f16x4";
+    return h3_kernels_launch(kernel, &calls[0], grid, block, args);
 }
 
 const struct h3_op h3_op_qk_norm_rope = {

@@ -111,18 +111,24 @@ static int h3_released_switch(void)
     return -1;
 }
 
+/* Decided at the first group that asks once a report has come: 1 on, 2 off. */
+static atomic_int h3_released_decided;
+
 bool h3_released_on(void)
 {
+    int d = atomic_load_explicit(&h3_released_decided, memory_order_relaxed);
+    if (d != 0)
+        return d == 1;
     if (!atomic_load_explicit(&h3_released_seen, memory_order_relaxed))
         return false;
-    int sw = h3_released_switch();
-    if (sw >= 0)
-        return sw == 1;
-    int sm = h3_kernels_sm();
-    for (unsigned i = 0; i < H3_ARRAY_LEN(h3_released_validated); i++)
-        if (h3_released_validated[i] == sm)
-            return true;
-    return false;
+    int sw = h3_released_switch(), sm = h3_kernels_sm();
+    if (sw < 0 && sm < 0)
+        return false; /* asked again once the device is known */
+    bool on = sw == 1;
+    for (unsigned i = 0; sw < 0 && i < H3_ARRAY_LEN(h3_released_validated); i++)
+        on |= h3_released_validated[i] == sm;
+    atomic_store_explicit(&h3_released_decided, on ? 1 : 2, memory_order_relaxed);
+    return on;
 }
 
 /* This thread's outputs left out since the last take. */
@@ -166,5 +172,9 @@ const char *h3_released_state(void)
 {
     if (!atomic_load(&h3_released_seen))
         return "no report from PyTorch's caching allocator: every output written";
-    return h3_released_on() ? "on" : "off (H3SHIM_SKIP_RELEASED, or not validated on this GPU)";
+    switch (atomic_load(&h3_released_decided)) {
+    case 1: return "on";
+    case 2: return "off (H3SHIM_SKIP_RELEASED=0, or not validated on this GPU)";
+    default: return "not decided (no group completed)";
+    }
 }

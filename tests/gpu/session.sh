@@ -28,8 +28,8 @@
 #              the defaults with H3SHIM_SKIP_RELEASED=0): one block at 1797
 #              tokens, eager, graph replay and per-kernel GPU time (2 min)
 #   released   full_decode.py: the defaults beside H3SHIM_SKIP_RELEASED=0 (arms
-#              K, KG), eager and graphs, on the quick latent (1 round), then
-#              the full decode (2 rounds) (6 min)
+#              K, KG), eager and graphs, on the quick latent, 1 round (2 min);
+#              released-decode the same on the full decode, 2 rounds (7-8 min)
 #   pairs      robust.py's workloads arms P and Q alone (pairs of loops observed and
 #              paused, without and with stats) for PAIRS_WORKLOADS (default: the
 #              Llama and the ViT), 3 rounds (3-4 min)
@@ -107,11 +107,11 @@ for step in "${steps[@]}"; do
                 python3 scripts/serve.py --latent 1,24,12,24,24 --requests 2 ;;
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
         released)
-            # The defaults beside H3SHIM_SKIP_RELEASED=0 (K, KG: every output written): the quick
-            # latent, one round, then the full decode, two rounds.
+            # The defaults beside H3SHIM_SKIP_RELEASED=0 (K, KG: every output written), quick latent.
             run released-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,K,SG,KG \
-                --rounds 1 --tag=-quick-released
-            run released-decode 420 python3 tests/gpu/full_decode.py --arms S,K,SG,KG --rounds 2 --tag=-released ;;
+                --rounds 1 --tag=-quick-released ;;
+        released-decode)
+            run released-decode 540 python3 tests/gpu/full_decode.py --arms S,K,SG,KG --rounds 2 --tag=-released ;;
         workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds "${WORKLOADS_ROUNDS:-3}" --deadline 480 \
                        --tag=-workloads ;;
         pairs) # the host-bound workloads' pairs, with stats (Q) and without (P), 3 rounds
