@@ -29,8 +29,9 @@
  * every pointer and stride allows that.  h3_qk_norm_rope_out_f16x4 is that
  * kernel writing only `out` (the op uses it when every other output is left
  * out): without the other stores it needs fewer registers, so more rows are
- * in flight.  All three instantiate h3_qk_row, so they compute the same
- * values.  Each lane loads its cos and sin before the reduction, so that
+ * in flight; h3_qk_norm_rope_out2_f16x4 the same with two rows a half-warp,
+ * both rows' loads issued first.  All instantiate h3_qk_rows, so they
+ * compute the same values.  Each lane loads its cos and sin before the reduction, so that
  * their latency overlaps it.
  */
 #include <cuda_fp16.h>
@@ -100,27 +101,63 @@ __device__ static inline void h3_get16x4(const __half *p, unsigned short v[4])
     }
 }
 
-template <bool Wide, bool OutOnly>
-__device__ static inline void h3_qk_row(const struct h3_qk_params &p)
-{
-    const long long row = (long long)blockIdx.x * 16 + threadIdx.x / 16;
-    const unsigned lane = threadIdx.x % 16;
-    const long long rows = p.tokens * p.heads * 2;
-    const bool live = row < rows;
-    const long long r = live ? row : rows - 1; /* every lane takes part in the shuffles */
-    const long long token = r / (2 * p.heads);
-    const int head = (int)(r / 2 % p.heads), which = (int)(r % 2);
-    const long long hr = token * p.heads + head; /* the row in the outputs */
-    const __half *x = reinterpret_cast<const __half *>(p.qkv) + token * p.token_stride +
-                      (long long)head * 3 * H3_QK_DIM + which * H3_QK_DIM;
-    const struct h3_qk_side o = p.side[which];
+/* One lane's inputs of one row: its 4 elements of x, cos and sin (cos and
+ * sin for lanes 0-11 only), as bits packed two to a word, and where the row
+ * is. */
+struct h3_qk_in {
+    uint2 x, c, s;
+    long long hr; /* the row in the outputs */
+    int which;
+    bool live;
+};
 
-    unsigned short xb[4], cb[4], sb[4];
-    h3_get16x4<Wide>(x + 4 * lane, xb);
+__device__ static inline uint2 h3_pack4(const unsigned short v[4])
+{
+    return make_uint2(v[0] | (unsigned)v[1] << 16, v[2] | (unsigned)v[3] << 16);
+}
+
+__device__ static inline void h3_unpack4(uint2 u, unsigned short v[4])
+{
+    v[0] = (unsigned short)u.x, v[1] = (unsigned short)(u.x >> 16);
+    v[2] = (unsigned short)u.y, v[3] = (unsigned short)(u.y >> 16);
+}
+
+/* Loads row `row` (of q and k rows interleaved: token, head, q or k). */
+template <bool Wide>
+__device__ static inline void h3_qk_load(const struct h3_qk_params &p, long long row, unsigned lane,
+                                         struct h3_qk_in &in)
+{
+    const long long rows = p.tokens * p.heads * 2;
+    in.live = row < rows;
+    const long long r = in.live ? row : rows - 1; /* every lane takes part in the shuffles */
+    const long long token = r / (2 * p.heads);
+    const int head = (int)(r / 2 % p.heads);
+    in.which = (int)(r % 2);
+    in.hr = token * p.heads + head;
+    const __half *x = reinterpret_cast<const __half *>(p.qkv) + token * p.token_stride +
+                      (long long)head * 3 * H3_QK_DIM + in.which * H3_QK_DIM;
+    unsigned short b[4];
+    h3_get16x4<Wide>(x + 4 * lane, b);
+    in.x = h3_pack4(b);
+    in.c = in.s = make_uint2(0, 0);
     if (4 * lane < H3_QK_ROPE) { /* lanes 0-11 rotate their 4 elements */
-        h3_get16x4<Wide>(reinterpret_cast<const __half *>(p.cosv) + token * p.cs_stride + 4 * lane, cb);
-        h3_get16x4<Wide>(reinterpret_cast<const __half *>(p.sinv) + token * p.cs_stride + 4 * lane, sb);
+        h3_get16x4<Wide>(reinterpret_cast<const __half *>(p.cosv) + token * p.cs_stride + 4 * lane, b);
+        in.c = h3_pack4(b);
+        h3_get16x4<Wide>(reinterpret_cast<const __half *>(p.sinv) + token * p.cs_stride + 4 * lane, b);
+        in.s = h3_pack4(b);
     }
+}
+
+/* Computes a loaded row and stores its outputs. */
+template <bool Wide, bool OutOnly>
+__device__ static inline void h3_qk_finish(const struct h3_qk_params &p, const struct h3_qk_in &in, unsigned lane)
+{
+    const struct h3_qk_side o = p.side[in.which];
+    const long long hr = in.hr;
+    unsigned short xb[4], cb[4], sb[4];
+    h3_unpack4(in.x, xb);
+    h3_unpack4(in.c, cb);
+    h3_unpack4(in.s, sb);
     float v[4];
     for (int i = 0; i < 4; i++)
         v[i] = h3_f(xb[i]);
@@ -144,7 +181,7 @@ __device__ static inline void h3_qk_row(const struct h3_qk_params &p)
         up[i] = (unsigned short)__shfl_down_sync(0xffffffffu, (int)n[i], 6, 16);
         down[i] = (unsigned short)__shfl_up_sync(0xffffffffu, (int)n[i], 6, 16);
     }
-    if (!live)
+    if (!in.live)
         return;
     const long long at = hr * H3_QK_DIM + 4 * lane;
     if (!OutOnly) {
@@ -178,17 +215,36 @@ __device__ static inline void h3_qk_row(const struct h3_qk_params &p)
     h3_put16x4<Wide>(o.out, at, out);
 }
 
+/* `Rows` rows per half-warp, 16 * Rows per 256-thread block: every row's
+ * loads are issued before the first row is computed. */
+template <bool Wide, bool OutOnly, int Rows>
+__device__ static inline void h3_qk_rows(const struct h3_qk_params &p)
+{
+    const unsigned lane = threadIdx.x % 16;
+    struct h3_qk_in in[Rows];
+    for (int k = 0; k < Rows; k++)
+        h3_qk_load<Wide>(p, ((long long)blockIdx.x * Rows + k) * 16 + threadIdx.x / 16, lane, in[k]);
+    for (int k = 0; k < Rows; k++)
+        h3_qk_finish<Wide, OutOnly>(p, in[k], lane);
+}
+
 extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_f16(const struct h3_qk_params p)
 {
-    h3_qk_row<false, false>(p);
+    h3_qk_rows<false, false, 1>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_f16x4(const struct h3_qk_params p)
 {
-    h3_qk_row<true, false>(p);
+    h3_qk_rows<true, false, 1>(p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_out_f16x4(const struct h3_qk_params p)
 {
-    h3_qk_row<true, true>(p);
+    h3_qk_rows<true, true, 1>(p);
+}
+
+/* The same, two rows per half-warp (32 rows per block). */
+extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_out2_f16x4(const struct h3_qk_params p)
+{
+    h3_qk_rows<true, true, 2>(p);
 }
