@@ -310,13 +310,10 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
     p.heads = QK_HEADS;
     p.eps = eps;
     void *args[] = {&p};
-    /* 16 rows a block; the kernel that writes `out` alone takes two rows a half-warp. */
-    const bool out_only = h3_qk_wide(&p) && h3_qk_out_only(&p);
-    const unsigned per_block = out_only ? 32 : 16;
-    const unsigned grid[3] = {(unsigned)((2 * rows + per_block - 1) / per_block), 1, 1}, block[3] = {256, 1, 1};
-    const char *kernel = out_only ? "h3_qk_norm_rope_out2_f16x4"
-                         : h3_qk_wide(&p) ? "h3_qk_norm_rope_f16x4"
-                                          : "h3_qk_norm_rope_f16";
+    const unsigned grid[3] = {(unsigned)((2 * rows + 15) / 16), 1, 1}, block[3] = {256, 1, 1};
+    const char *kernel = !h3_qk_wide(&p)     ? "h3_qk_norm_rope_f16"
+                         : h3_qk_out_only(&p) ? "h3_qk_norm_rope_out_f16x4"
+                                              : "h3_qk_norm_rope_f16x4";
     return h3_kernels_launch(kernel, &calls[0], grid, block, args);
 }
 

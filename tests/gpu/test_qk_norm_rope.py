@@ -9,9 +9,8 @@ tables [1, S, 1, 48],
     q = apply_rope(F.rms_norm(q.float(), (64,), eps=1e-5).to(fp16), cos, sin)   (k likewise)
 
 with apply_rope the reference model's (scripts/h3_vae.py); and the four-wide
-kernels that write `out` alone (h3_qk_norm_rope_out_f16x4, one row a
-half-warp, and h3_qk_norm_rope_out2_f16x4, two) on every case with only `out`
-written. Every output of
+kernel that writes `out` alone (h3_qk_norm_rope_out_f16x4) on every case with
+only `out` written. Every output of
 PyTorch's 18 launches is compared, as the op has the kernel write them: the
 FP32 copy, the norm's output and rstd, the FP16 norm, the rope's products,
 neg, both concatenations and the sum; then again with only what
@@ -81,7 +80,7 @@ def reference(qkv, cos, sin, eps=EPS):
 
 KERNELS = ("h3_qk_norm_rope_f16", "h3_qk_norm_rope_f16x4")
 # The kernels that write `out` alone (run only so), and their rows per block.
-OUT_KERNELS = {"h3_qk_norm_rope_out_f16x4": 16, "h3_qk_norm_rope_out2_f16x4": 32}
+OUT_KERNELS = {"h3_qk_norm_rope_out_f16x4": 16}
 
 
 def kernel(fb, qkv, cos, sin, eps=EPS, kname=KERNELS[0], timed=False, only=OUTPUTS):
