@@ -142,7 +142,9 @@ def main():
              + ("; WG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1 (weight_cache inside the captures)"
                 if "WG" in result["arms"] else "")
              + ("; NG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=0 (weight_cache falls back inside the captures)"
-                if "NG" in result["arms"] else "") + ".", "",
+                if "NG" in result["arms"] else "")
+             + ("; K/KG: the defaults with H3SHIM_SKIP_RELEASED=0 (every output the unfused launches wrote is "
+                "written)" if "K" in result["arms"] or "KG" in result["arms"] else "") + ".", "",
              "| arm | shim | CUDA graphs | ViT calls | output | bitwise = A | median ms/request | speed-up "
              "| GPU memory used, MiB (PyTorch peak reserved) |",
              "|---|---|---|---|---|---|---|---|---|"]
