@@ -131,7 +131,9 @@ for step in "${steps[@]}"; do
                 run "profile-$arm" 120 bash -c '"${@:2}" 2>"$1"' _ "$work/profile-$arm.err" \
                     ${pre[@]+"${pre[@]}"} python3 scripts/serve.py --profile-block --json
                 mv "$work/profile-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-block-$arm.json"
-            done ;;
+            done
+            python3 tests/gpu/profile_table.py {A,S,K}="$work/$(date +%F)-nvidia-h200-profile-block-"{A,S,K}.json \
+                >"$work/$(date +%F)-nvidia-h200-profile-block.md" ;;
         trace)
             # A Chrome-format trace of one quick request with two blocks (tiles of
             # the recorded 1797 tokens: the blocks fuse), gzipped,
