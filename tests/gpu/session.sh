@@ -132,8 +132,8 @@ for step in "${steps[@]}"; do
                     ${pre[@]+"${pre[@]}"} python3 scripts/serve.py --profile-block --json
                 mv "$work/profile-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-block-$arm.json"
             done
-            python3 tests/gpu/profile_table.py {A,S,K}="$work/$(date +%F)-nvidia-h200-profile-block-"{A,S,K}.json \
-                >"$work/$(date +%F)-nvidia-h200-profile-block.md" ;;
+            p="$work/$(date +%F)-nvidia-h200-profile-block"
+            python3 tests/gpu/profile_table.py A="$p-A.json" S="$p-S.json" K="$p-K.json" >"$p.md" ;;
         trace)
             # A Chrome-format trace of one quick request with two blocks (tiles of
             # the recorded 1797 tokens: the blocks fuse), gzipped,
