@@ -26,7 +26,11 @@ def fmt(v):
     return "-" if v is None else f"{v:.4f}"
 
 
-def table(docs, title):
+ABOUT = ("GPU time per block at 1797 tokens, ms (the profiler over 20 eager blocks, each block's output kept "
+         "until the next one's, as in the decode; the profiler's first blocks not counted).")
+
+
+def table(docs, title, about=ABOUT):
     rows, fused = [], []
     for _, d in docs:
         k = d.get("kernels", {})
@@ -36,8 +40,7 @@ def table(docs, title):
         for n, _ in k.get("ms_per_block_by_kernel", []):
             if n.startswith("h3_") and n not in fused:
                 fused.append(n)
-    out = [f"# {title}", "", "GPU time per block at 1797 tokens, ms (the profiler over 20 eager blocks, each block's "
-           "output kept until the next one's, as in the decode; the profiler's first blocks not counted).", "",
+    out = [f"# {title}", "", about, "",
            "| | " + " | ".join(n for n, _ in docs) + " |", "|---|" + "---|" * len(docs)]
     per = [{n: ms for n, ms in d.get("kernels", {}).get("ms_per_block_by_kernel", [])} for _, d in docs]
     by_row = [d.get("kernels", {}).get("ms_per_block_by_row", {}) for _, d in docs]
@@ -62,8 +65,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("docs", nargs="+", help="NAME=PATH of a --profile-block --json document")
     ap.add_argument("--title", default="One H3 block, per kernel")
+    ap.add_argument("--about", default=ABOUT, help="the sentence under the title (how the documents were made)")
     a = ap.parse_args()
-    sys.stdout.write(table([load(s) for s in a.docs], a.title))
+    sys.stdout.write(table([load(s) for s in a.docs], a.title, a.about))
     return 0
 
 
