@@ -243,3 +243,77 @@ extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_out_f16x4(cons
 {
     h3_qk_rows<true, true, 1>(p);
 }
+
+/*
+ * h3_qk_norm_rope_out_f16x8: `out` alone, eight lanes a row with eight
+ * consecutive elements each (16-byte accesses, 32 rows a block).  Lane P
+ * holds what lanes 2P and 2P+1 of the half-warp kernels hold, and the sum
+ * of squares takes the same additions in the same order: each half's 4
+ * squares folded with fused multiply-adds; the half-warp's offsets 8, 4
+ * and 2 are shuffles by 4, 2 and 1 lanes on both halves' sums; its offset
+ * 1 adds lane P's second half to its first.  The rotation partner (24
+ * elements away) is three lanes away; lanes 6 and 7 pass through.  The op
+ * uses it when every pointer and stride allows 16-byte accesses.
+ */
+__device__ static inline void h3_unpack8(uint4 u, unsigned short v[8])
+{
+    h3_unpack4(make_uint2(u.x, u.y), v);
+    h3_unpack4(make_uint2(u.z, u.w), v + 4);
+}
+
+extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_out_f16x8(const struct h3_qk_params p)
+{
+    const unsigned lane = threadIdx.x % 8;
+    const long long rows = p.tokens * p.heads * 2, row = (long long)blockIdx.x * 32 + threadIdx.x / 8;
+    const bool live = row < rows;
+    const long long r = live ? row : rows - 1; /* every lane takes part in the shuffles */
+    const long long token = r / (2 * p.heads);
+    const int head = (int)(r / 2 % p.heads), which = (int)(r % 2);
+    const long long hr = token * p.heads + head;
+    const __half *x = reinterpret_cast<const __half *>(p.qkv) + token * p.token_stride +
+                      (long long)head * 3 * H3_QK_DIM + which * H3_QK_DIM;
+    unsigned short xb[8], cb[8], sb[8];
+    h3_unpack8(*reinterpret_cast<const uint4 *>(x + 8 * lane), xb);
+    if (8 * lane < H3_QK_ROPE) { /* lanes 0-5 rotate their 8 elements */
+        const long long cs = token * p.cs_stride + 8 * lane;
+        h3_unpack8(*reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(p.cosv) + cs), cb);
+        h3_unpack8(*reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(p.sinv) + cs), sb);
+    }
+    float v[8];
+    for (int i = 0; i < 8; i++)
+        v[i] = h3_f(xb[i]);
+    float s0 = 0.0f, s1 = 0.0f; /* the half-warp kernels' lanes 2P and 2P+1 */
+    for (int i = 0; i < 4; i++) {
+        s0 = __fmaf_rn(v[i], v[i], s0);
+        s1 = __fmaf_rn(v[4 + i], v[4 + i], s1);
+    }
+    for (int off = 4; off > 0; off >>= 1) {
+        s0 = __fadd_rn(s0, __shfl_down_sync(0xffffffffu, s0, off, 8));
+        s1 = __fadd_rn(s1, __shfl_down_sync(0xffffffffu, s1, off, 8));
+    }
+    const float sum = __shfl_sync(0xffffffffu, __fadd_rn(s0, s1), 0, 8);
+    const float rstd = rsqrtf(__fadd_rn(__fdiv_rn(sum, (float)H3_QK_DIM), p.eps));
+    unsigned short n[8], up[8], down[8], out[8];
+    for (int i = 0; i < 8; i++)
+        n[i] = h3_h(__fmul_rn(rstd, v[i]));
+    for (int i = 0; i < 8; i++) {
+        up[i] = (unsigned short)__shfl_down_sync(0xffffffffu, (int)n[i], 3, 8);
+        down[i] = (unsigned short)__shfl_up_sync(0xffffffffu, (int)n[i], 3, 8);
+    }
+    if (!live)
+        return;
+    for (int i = 0; i < 8; i++)
+        out[i] = n[i];
+    if (8 * lane < H3_QK_ROPE) {
+        for (int i = 0; i < 8; i++) {
+            const int d = 8 * (int)lane + i;
+            const unsigned short a = h3_h(__fmul_rn(h3_f(n[i]), h3_f(cb[i])));
+            const unsigned short rot = d < H3_QK_HALF ? h3_bits(__hneg(__ushort_as_half(up[i]))) : down[i];
+            const unsigned short b = h3_h(__fmul_rn(h3_f(rot), h3_f(sb[i])));
+            out[i] = h3_h(__fadd_rn(h3_f(a), h3_f(b)));
+        }
+    }
+    const uint2 lo = h3_pack4(out), hi = h3_pack4(out + 4);
+    *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned short *>(p.side[which].out) + hr * H3_QK_DIM + 8 * lane) =
+        make_uint4(lo.x, lo.y, hi.x, hi.y);
+}

@@ -263,7 +263,16 @@ static bool h3_qk_wide(const struct h3_qk_params *p)
     return misaligned == 0;
 }
 
-/* Whether every output but what attention reads is left out: then the
+/* Whether every lane's 8 FP16 elements can be loaded and stored as one
+ * 16-byte vector: h3_qk_norm_rope_out_f16x8, which writes `out` alone. */
+static bool h3_qk_wide16(const struct h3_qk_params *p)
+{
+    return ((uint64_t)(uintptr_t)p->qkv | (uint64_t)(uintptr_t)p->cosv | (uint64_t)(uintptr_t)p->sinv |
+            (uint64_t)(uintptr_t)p->side[0].out | (uint64_t)(uintptr_t)p->side[1].out) % 16 == 0 &&
+           p->token_stride % 8 == 0 && p->cs_stride % 8 == 0;
+}
+
+/* Whether every output but what attention reads is left out: then a
  * kernel that writes `out` alone (fewer registers, more rows in flight). */
 static bool h3_qk_out_only(const struct h3_qk_params *p)
 {
@@ -310,8 +319,12 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
     p.heads = QK_HEADS;
     p.eps = eps;
     void *args[] = {&p};
-    const unsigned grid[3] = {(unsigned)((2 * rows + 15) / 16), 1, 1}, block[3] = {256, 1, 1};
-    const char *kernel = !h3_qk_wide(&p)     ? "h3_qk_norm_rope_f16"
+    /* With `out` alone and 16-byte rows, eight lanes a row (32 rows a block); else 16 rows a block. */
+    const bool out8 = h3_qk_out_only(&p) && h3_qk_wide16(&p);
+    const unsigned per_block = out8 ? 32 : 16;
+    const unsigned grid[3] = {(unsigned)((2 * rows + per_block - 1) / per_block), 1, 1}, block[3] = {256, 1, 1};
+    const char *kernel = out8                   ? "h3_qk_norm_rope_out_f16x8"
+                         : !h3_qk_wide(&p)     ? "h3_qk_norm_rope_f16"
                          : h3_qk_out_only(&p) ? "h3_qk_norm_rope_out_f16x4"
                                               : "h3_qk_norm_rope_f16x4";
     return h3_kernels_launch(kernel, &calls[0], grid, block, args);

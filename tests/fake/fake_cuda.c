@@ -18,7 +18,7 @@
  * that was held back and issued later passes a copy of the parameters).
  */
 /* The kernels of the fake module (see cuModuleLoadData below). */
-static struct fake_kernel fake_module_kernels[8];
+static struct fake_kernel fake_module_kernels[9];
 
 static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream stream, void **params)
@@ -161,8 +161,8 @@ FAKE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunct
  * h3_qk_norm_rope_f16 (and h3_qk_norm_rope_f16x4) logs "qk_check" with 1
  * when its parameter block is the H3 block's (1797 tokens of 32 heads, what
  * attention reads set), a bit per output left unwritten (side * 10 +
- * field) and which kernel it is (0 one element a lane, 1 four-wide, 2 the
- * four-wide one that writes `out` alone).
+ * field) and which kernel it is (0 one element a lane, 1 four-wide, 2 and 3
+ * the four- and eight-wide ones that write `out` alone).
  */
 static void fake_swiglu(void **p)
 {
@@ -225,6 +225,11 @@ static void fake_qk_wide(void **p)
 static void fake_qk_out(void **p)
 {
     fake_qk_as(p, 2);
+}
+
+static void fake_qk_out8(void **p)
+{
+    fake_qk_as(p, 3);
 }
 
 /* Logs "qk_check OK DROPPED WIDE". */
@@ -320,6 +325,7 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
     fake_kernel_init(&fake_module_kernels[4], "h3_swiglu_f16x8", 7, sizes, fake_swiglu);
     fake_kernel_init(&fake_module_kernels[5], "h3_qk_norm_rope_f16x4", 1, qk_sizes, fake_qk_wide);
     fake_kernel_init(&fake_module_kernels[7], "h3_qk_norm_rope_out_f16x4", 1, qk_sizes, fake_qk_out);
+    fake_kernel_init(&fake_module_kernels[8], "h3_qk_norm_rope_out_f16x8", 1, qk_sizes, fake_qk_out8);
     static const size_t staged_sizes[13] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 8, 8, 8, 4};
     fake_kernel_init(&fake_module_kernels[6], "h3_residual_rmsnorm_f32_staged", 13, staged_sizes,
                      fake_residual_staged);

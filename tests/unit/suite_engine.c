@@ -916,8 +916,8 @@ START_TEST(ops_leave_out_what_the_allocator_freed)
     ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op qk_norm_rope 9 groups run (162 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op residual_norm 18 groups run (54 calls)") != NULL, "%s", tail_of(stats));
-    /* q's and k's fields but `out` (9 and 19), in every block: the kernel that writes `out` alone. */
-    ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 7fdff 2 "), T_INSTANCES);
+    /* q's and k's fields but `out` (9 and 19), in every block: the eight-wide kernel that writes `out` alone. */
+    ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 7fdff 3 "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 0 "), T_INSTANCES);
     ck_assert_uint_eq(count_lines_starting(log, "rmsnorm_check 1 2 "), T_INSTANCES); /* norm1: rstd */
     /* The mid-block residual: p and rstd (y stays: `n` holds it); the last: p, and it has no norm. */
@@ -1012,7 +1012,7 @@ START_TEST(a_complete_group_waits_for_no_other_thread)
     ck_assert_msg(strstr(stats, "op qk_norm_rope 8 groups run (144 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "flush other_thread     1 groups issued untouched (18 calls)") != NULL, "%s",
                   tail_of(stats));
-    ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 7fdff 2 "), T_INSTANCES - 1);
+    ck_assert_uint_eq(count_lines_starting(log, "qk_check 1 7fdff 3 "), T_INSTANCES - 1);
     free(stats);
     free(log);
 }
