@@ -32,8 +32,9 @@ class Fatbin:
             self.fns[name] = fn
         return self.fns[name]
 
-    def launch(self, name, grid, block, values, smem=0, cooperative=False):
-        """Launches kernel `name` with ctypes `values` as its parameters and waits for it."""
+    def launch(self, name, grid, block, values, smem=0, cooperative=False, wait=True):
+        """Launches kernel `name` with ctypes `values` as its parameters and, with `wait`, waits
+        for it (not while the stream is being captured)."""
         fn = self.function(name)
         args = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
@@ -44,7 +45,8 @@ class Fatbin:
                        "cuLaunchCooperativeKernel")
         else:
             self.check(self.cu.cuLaunchKernel(fn, *grid, *block, smem, stream, args, None), "cuLaunchKernel")
-        torch.cuda.synchronize()
+        if wait:
+            torch.cuda.synchronize()
 
     def staged_grid(self, name, rows, row_bytes, threads=128):
         """The grid and shared memory the shim gives a staged kernel

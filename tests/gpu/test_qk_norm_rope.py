@@ -127,13 +127,12 @@ def kernel(fb, qkv, cos, sin, eps=EPS, kname=KERNELS[0], timed=False, only=OUTPU
     rows = s * HEADS * 2
     per_block = OUT_KERNELS.get(kname, 16)
 
-    def launch():
-        fb.launch(kname, ((rows + per_block - 1) // per_block,), (256,), [p])
+    def launch(wait=True):
+        fb.launch(kname, ((rows + per_block - 1) // per_block,), (256,), [p], wait=wait)
 
     if timed:
-        return graph_ms(launch)
+        return graph_ms(lambda: launch(wait=False))
     launch()
-    torch.cuda.synchronize()
     for bufs in got:
         for name in OUTPUTS:
             if name not in only:
