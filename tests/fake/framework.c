@@ -634,7 +634,9 @@ FAKE_EXPORT long fw_graph(const char *path, const struct fw_graph_opts *o, long 
  * fw_bench("replay:PATH", n): makes n calls of a replay file's stream,
  * cycling through it, with its launches decoded once beforehand (so the time
  * is the libraries' and the shim's, not the parser's); library calls are
- * made as fw_replay makes them.  Returns the number of failed calls.
+ * made as fw_replay makes them, and its frees (F lines) reported as
+ * fw_replay reports them, each counted as a call.  Returns the number of
+ * failed calls.
  */
 struct fw_prepared {
     char kind;
@@ -710,6 +712,10 @@ static long fw_replay_bench(const char *path, long n)
         for (unsigned a = 0; junk != NULL && a < c->np; a++)
             for (size_t o = 0; o < c->sizes[a]; o += 64)
                 junk[o % evict] += ((volatile unsigned char *)c->args[a])[o];
+        if (c->kind == 'F') { /* a free the allocator reports (replay_frees.py) */
+            fw_c10_report((uintptr_t)strtoull(c->tok[1], NULL, 0), -strtoll(c->tok[2], NULL, 0), 1);
+            continue;
+        }
         long long r = c->kind == 'L'   ? __cudaLaunchKernel((cudaKernel_t)c->k, c->g, c->b, c->args, c->shmem, c->s)
                       : c->kind == 'M' ? fw_replay_matmul(c->tok, c->n, 0)
                                        : fw_replay_cudnn(c->tok, c->n, 0);
