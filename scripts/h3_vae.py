@@ -490,6 +490,21 @@ def block_inputs(model, tokens_grid, device, seed):
     return h, cos, sin
 
 
+def capture(fn, times=1):
+    """A CUDA graph of `times` calls of fn(), after one call on a side stream
+    (PyTorch's usual warm-up, so that nothing is loaded during the capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(times):
+            fn()
+    return graph
+
+
 def profile_block(model, device, reps=50, run_len=10, seed=0):
     """Times block 0 at 1797 tokens (a 7x16x16 tile); returns a dict of ms per block.
 
@@ -535,14 +550,7 @@ def profile_block(model, device, reps=50, run_len=10, seed=0):
             end.synchronize()
             eager.append(start.elapsed_time(end) / run_len)
         result["eager_ms"], result["host_ms"] = median(eager), median(host)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            run()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run()
+        graph = capture(run)
         graph.replay()
         replay = []
         for _ in range(reps):

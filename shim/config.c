@@ -162,3 +162,14 @@ void h3_config_report(void)
             H3_INFO(H3_SUB_CONFIG, "%s", h3_config_notes[i] + 1);
     }
 }
+
+int h3_config_switch(const char *name, const char *value, const char *otherwise, atomic_flag *warned)
+{
+    if (value == NULL || *value == '\0')
+        return -1;
+    if (strcmp(value, "1") == 0 || strcmp(value, "0") == 0)
+        return value[0] == '1';
+    if (warned == NULL || !atomic_flag_test_and_set(warned))
+        H3_WARN(H3_SUB_CONFIG, "%s=%s: expected 0 or 1; %s", name, value, otherwise);
+    return -1;
+}

@@ -109,6 +109,10 @@ extern struct h3_config h3_config;
 int h3_config_load(char *const *envp);
 /* Logs what h3_config_load() found (values set, problems); after h3_log_setup(). */
 void h3_config_report(void);
+/* A 1-or-0 switch held as a string: 1, 0, or -1 when unset; any other value
+ * is -1 too, with a warning ("NAME=VALUE: expected 0 or 1; OTHERWISE") the
+ * first time `warned` is found clear (every time if it is NULL). */
+int h3_config_switch(const char *name, const char *value, const char *otherwise, atomic_flag *warned);
 
 /* ---- log.c ---- */
 

@@ -606,13 +606,9 @@ static const char *h3_wc_read(const struct h3_op_range *r, const struct h3_defer
 
 int h3_wcache_graphs_switch(void)
 {
-    const char *v = h3_config.weight_cache_graphs;
-    if (v == NULL || *v == '\0')
-        return -1;
-    if (strcmp(v, "1") == 0 || strcmp(v, "0") == 0)
-        return v[0] == '1';
-    H3_WARN_ONCE(H3_SUB_CONFIG, "H3SHIM_WEIGHT_CACHE_GRAPHS=%s: expected 0 or 1; on where validated", v);
-    return -1;
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    return h3_config_switch("H3SHIM_WEIGHT_CACHE_GRAPHS", h3_config.weight_cache_graphs, "on where validated",
+                            &warned);
 }
 
 /* Whether a GEMM captured on the current device may read the copies:

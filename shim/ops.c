@@ -120,13 +120,8 @@ static int h3_op_switch(const struct h3_op *op)
 {
     if (op == &h3_op_replay)
         return h3_config.op_replay ? 1 : -1;
-    const char *v = op->switch_value != NULL ? *op->switch_value : NULL;
-    if (v == NULL || *v == '\0')
-        return -1;
-    if (strcmp(v, "1") == 0 || strcmp(v, "0") == 0)
-        return v[0] == '1';
-    H3_WARN(H3_SUB_CONFIG, "%s=%s: expected 0 or 1; following H3SHIM_OPS", op->switch_name, v);
-    return -1;
+    return h3_config_switch(op->switch_name, op->switch_value != NULL ? *op->switch_value : NULL,
+                            "following H3SHIM_OPS", NULL);
 }
 
 void h3_ops_setup(void)

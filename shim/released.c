@@ -38,7 +38,6 @@
 #include "h3shim.h"
 
 #include <dlfcn.h>
-#include <string.h>
 
 /* Validated: tests/evidence/2026-11-30-nvidia-h200-skip-released-*.md (the kernels with the
  * outputs left out, the quick and full decodes with the rule on, bitwise). */
@@ -102,13 +101,8 @@ H3_EXPORT void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, 
 /* H3SHIM_SKIP_RELEASED: 1, 0, or -1 (unset: on where validated). */
 static int h3_released_switch(void)
 {
-    const char *v = h3_config.skip_released;
-    if (v == NULL || *v == '\0')
-        return -1;
-    if (strcmp(v, "1") == 0 || strcmp(v, "0") == 0)
-        return v[0] == '1';
-    H3_WARN_ONCE(H3_SUB_CONFIG, "H3SHIM_SKIP_RELEASED=%s: expected 0 or 1; on where validated", v);
-    return -1;
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    return h3_config_switch("H3SHIM_SKIP_RELEASED", h3_config.skip_released, "on where validated", &warned);
 }
 
 /* Decided at the first group that asks once a report has come: 1 on, 2 off. */

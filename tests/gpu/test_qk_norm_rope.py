@@ -86,15 +86,7 @@ OUT_KERNELS = {"h3_qk_norm_rope_out_f16x4": 16, "h3_qk_norm_rope_out_f16x8": 32}
 
 def graph_ms(launch, n=20, reps=11):
     """GPU time of one `launch()`: n launches captured in a CUDA graph, the median replay over n."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        launch()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(n):
-            launch()
+    graph = h3_vae.capture(launch, times=n)
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
