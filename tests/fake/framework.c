@@ -568,8 +568,8 @@ FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *o
         char *save = NULL;
         for (char *t = strtok_r(line, " \n", &save); t != NULL && n < 64; t = strtok_r(NULL, " \n", &save))
             tok[n++] = t;
-        if (n == 3 && strcmp(tok[0], "F") == 0) { /* a free the allocator reports; not a call */
-            fw_c10_report((uintptr_t)strtoull(tok[1], NULL, 0), -strtoll(tok[2], NULL, 0), 1);
+        if ((n == 3 || n == 4) && strcmp(tok[0], "F") == 0) { /* a free an allocator reports; not a call */
+            fw_c10_report((uintptr_t)strtoull(tok[1], NULL, 0), -strtoll(tok[2], NULL, 0), n == 4 ? atoi(tok[3]) : 1);
             continue;
         }
         long long r = -1;

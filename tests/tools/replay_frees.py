@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Adds to a replay file (scripts/trace_replay.py's output) the frees that
 PyTorch's caching allocator reports while the H3 block runs, as lines
-"F ADDRESS BYTES", where the block's Python code (scripts/h3_vae.py) drops
+"F ADDRESS BYTES [DEVICE TYPE]" (the type 1, CUDA, when left out), where the block's Python code (scripts/h3_vae.py) drops
 the last reference to each tensor:
 
   - every RMSNorm's rstd, after the norm (F.rms_norm returns only its output);
@@ -24,6 +24,8 @@ WHEN:
   before   each free moved to before the first launch of the group that
            made the tensor, as if the memory had been freed by an earlier
            owner: nothing may be left out
+  cpu      each free where PyTorch makes it, but reported for a CPU device
+           (as the CPU allocator's reports come): nothing may be left out
 """
 import sys
 
@@ -88,13 +90,15 @@ def group_start(lines, i):
 
 def main():
     when, src, dst = sys.argv[1:4]
-    if when not in ("after", "before"):
+    if when not in ("after", "before", "cpu"):
         sys.exit(__doc__)
     lines = [x for x in open(src).read().split("\n") if x]
     before, after = {}, {}
     for made, freed, addr, size in frees(lines):
         if when == "after":
             after.setdefault(freed, []).append(f"F {addr:#x} {size}")
+        elif when == "cpu":
+            after.setdefault(freed, []).append(f"F {addr:#x} {size} 0")
         else:
             before.setdefault(group_start(lines, made), []).append(f"F {addr:#x} {size}")
     out = []

@@ -24,6 +24,7 @@
 #define T_REPLAY_SWIGLU_UNALIGNED "build/tests/h3-block3-replay-swiglu-out-unaligned.txt"
 #define T_REPLAY_FREES "build/tests/h3-block3-frees-after.txt"
 #define T_REPLAY_FREES_BEFORE "build/tests/h3-block3-frees-before.txt"
+#define T_REPLAY_FREES_CPU "build/tests/h3-block3-frees-cpu.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
 
@@ -942,9 +943,10 @@ START_TEST(ops_leave_out_what_the_allocator_freed)
 }
 END_TEST
 
-/* The same frees with H3SHIM_SKIP_RELEASED=0, and moved before the groups
- * that made the tensors (memory an earlier owner freed): every op writes
- * what it writes without them, and runs where it ran without them. */
+/* The same frees with H3SHIM_SKIP_RELEASED=0, moved before the groups that
+ * made the tensors (memory an earlier owner freed), and reported for a CPU
+ * device: every op writes what it writes without them, and runs where it
+ * ran without them. */
 START_TEST(frees_before_a_launch_or_switched_off_leave_nothing_out)
 {
     T_NEEDS_KERNELS();
@@ -965,6 +967,16 @@ START_TEST(frees_before_a_launch_or_switched_off_leave_nothing_out)
     t_run.replay = T_REPLAY_FREES_BEFORE;
     log = replay_with("frees-before", env, &stats);
     ck_assert_msg(strstr(stats, "skip_released: on") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "left out") == NULL, "%s", tail_of(stats));
+    got = op_checks(log);
+    ck_assert_str_eq(got, want);
+    free(got);
+    free(log);
+    free(stats);
+    /* Reports of another device type (the CPU allocator's) neither turn the rule on nor count. */
+    t_run.replay = T_REPLAY_FREES_CPU;
+    log = replay_with("frees-cpu", env, &stats);
+    ck_assert_msg(strstr(stats, "skip_released: no report") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "left out") == NULL, "%s", tail_of(stats));
     got = op_checks(log);
     ck_assert_str_eq(got, want);
