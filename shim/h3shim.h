@@ -701,10 +701,10 @@ struct h3_frees {
  * it is on, the engine runs a complete group at the thread's next call. */
 bool h3_released_on(void);
 /* Of outputs out[0..n) of the group being run, output i made by the held
- * launch by[i], those a free logged after that launch overlaps (a bit
- * each), leaving aside those `unwritten` has already; counted as left out. */
-uint64_t h3_outputs_released(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n,
-                             uint64_t unwritten);
+ * launch by[i], those nothing can read: a later one overlaps it
+ * (h3_outputs_freed), or a free logged after its launch does (counted as
+ * left out, h3_released_take).  A bit each. */
+uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n);
 /* The outputs (and their bytes) this thread left out since its last take. */
 void h3_released_take(uint32_t *outputs, uint64_t *bytes);
 /* For the stats: on, off, or why not. */

@@ -147,32 +147,29 @@ static void h3_nc_spans(const struct h3_nc_args *a, struct h3_span out[3])
     out[2] = (struct h3_span){a->out, a->out + f32 / 2};
 }
 
-/* Of the norm's and cast's outputs, those the allocator freed after their launch (released.c). */
-static uint64_t h3_nc_released(const struct h3_nc_args *a, const struct h3_deferred *norm,
-                               const struct h3_deferred *cast)
+/* Of the norm's and cast's outputs, those nothing reads (h3_outputs_dead). */
+static uint64_t h3_nc_dead(const struct h3_nc_args *a, const struct h3_deferred *norm, const struct h3_deferred *cast)
 {
     struct h3_span out[3];
     h3_nc_spans(a, out);
     const struct h3_deferred *by[3] = {norm, norm, cast};
-    return h3_outputs_released(out, by, 3, h3_outputs_freed(out, 3));
+    return h3_outputs_dead(out, by, 3);
 }
 
 /*
  * The outputs in the order the two launches write them (y, rstd, y16):
- * those a later one overlaps (h3_outputs_freed) or the allocator freed
- * (`released`) are not written.  False when one written overlaps an input
- * (the kernel's pointers are __restrict__).
+ * those in `dead` (h3_nc_dead) are not written.  False when one written
+ * overlaps an input (the kernel's pointers are __restrict__).
  */
-static bool h3_nc_outputs(struct h3_nc_args *a, uint64_t released)
+static bool h3_nc_outputs(struct h3_nc_args *a, uint64_t dead)
 {
     uint64_t *field[3] = {&a->y, &a->rstd, &a->out};
     const uint64_t f32 = (uint64_t)a->rows * (uint64_t)a->n * 4, n4 = (uint64_t)a->n * 4;
     struct h3_span out[3];
     h3_nc_spans(a, out);
     const struct h3_span in[2] = {{a->x, a->x + f32}, {a->gamma, a->gamma + n4}};
-    uint64_t freed = h3_outputs_freed(out, 3) | released;
     for (unsigned i = 0; i < 3; i++) {
-        if ((freed >> i) & 1)
+        if ((dead >> i) & 1)
             *field[i] = 0;
         else if (h3_spans_overlap(out[i], in[0]) || h3_spans_overlap(out[i], in[1]))
             return false;
@@ -196,7 +193,7 @@ static const char *h3_nc_run(const struct h3_op_range *r, const struct h3_deferr
     const char *why = h3_nc_read(norm, cast, &a);
     if (why != NULL)
         return why;
-    return h3_nc_outputs(&a, h3_nc_released(&a, norm, cast)) ? h3_nc_launch(norm, &a) : "aliased";
+    return h3_nc_outputs(&a, h3_nc_dead(&a, norm, cast)) ? h3_nc_launch(norm, &a) : "aliased";
 }
 
 const struct h3_op h3_op_norm_cast = {
@@ -287,8 +284,8 @@ static unsigned h3_rn_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
 
 /*
  * The outputs in the order the launches write them: p, h', y, rstd, y16.
- * Those a later one overlaps (h3_outputs_freed) or the allocator freed
- * (`released`, a bit each) are not written.  A written
+ * Those in `dead` (h3_rn_dead: a later one overlaps them, or the allocator
+ * freed them) are not written.  A written
  * output may overlap an input only where the kernel's thread reads the
  * input element before it writes the output element in its place: an FP32
  * row output at h itself, or y16 at b16 itself with dense rows.  PyTorch
@@ -303,7 +300,7 @@ static unsigned h3_rn_plan(const struct h3_sig *sig, uint32_t first, uint32_t la
  * happened in the decode, so it would be a path without GPU evidence.)
  */
 static bool h3_rn_fusable(struct h3_nc_args *a, uint64_t b16, long long b_stride, uint64_t scale, uint64_t h,
-                          uint64_t *p, uint64_t *h_out, bool staged, uint64_t released, const char **clash)
+                          uint64_t *p, uint64_t *h_out, bool staged, uint64_t dead, const char **clash)
 {
     enum { P, H_OUT, Y, RSTD, Y16 };
     static const char *const names[5][4] = {
@@ -323,13 +320,12 @@ static bool h3_rn_fusable(struct h3_nc_args *a, uint64_t b16, long long b_stride
                                   {b16, b16 + ((uint64_t)a->rows - 1) * (uint64_t)b_stride * 2 + (uint64_t)a->n * 2},
                                   {scale, scale + n4},
                                   {a->gamma, a->gamma + n4}};
-    uint64_t freed = h3_outputs_freed(out, 5) | released;
-    if ((freed >> H_OUT) & 1) { /* the kernel reads h' back for the norm */
+    if ((dead >> H_OUT) & 1) { /* the kernel reads h' back for the norm */
         *clash = "h_freed";
         return false;
     }
     for (unsigned i = 0; i < 5; i++) {
-        if ((freed >> i) & 1)
+        if ((dead >> i) & 1)
             continue;
         const bool in_place[4] = {i <= Y && out[i].lo == h,
                                   staged || (i == Y16 && out[i].lo == b16 && b_stride == a->n)};
@@ -340,7 +336,7 @@ static bool h3_rn_fusable(struct h3_nc_args *a, uint64_t b16, long long b_stride
             }
     }
     for (unsigned i = 0; i < 5; i++)
-        if ((freed >> i) & 1)
+        if ((dead >> i) & 1)
             *field[i] = 0;
     return true;
 }
@@ -421,8 +417,7 @@ static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struc
                                   {l.b16, l.b16 + ((uint64_t)rows - 1) * (uint64_t)l.b_row + (uint64_t)l.width * 2},
                                   {l.scale, l.scale + (uint64_t)l.width * 4}};
     const struct h3_deferred *by[2] = {mul, add};
-    uint64_t freed = h3_outputs_freed(out, 2);
-    freed |= h3_outputs_released(out, by, 2, freed);
+    uint64_t freed = h3_outputs_dead(out, by, 2);
     if ((freed >> 1) & 1)
         return "aliased";
     bool staged = false;
@@ -449,14 +444,14 @@ static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struc
 }
 
 /* Of the residual's outputs p, h', y, rstd and y16 (made by by[0..5)), those
- * the allocator freed after their launch (released.c), a bit each. */
-static uint64_t h3_rn_released(const struct h3_nc_args *a, const struct h3_rn_launches *l,
-                               const struct h3_deferred *const by[5])
+ * nothing reads (h3_outputs_dead), a bit each. */
+static uint64_t h3_rn_dead(const struct h3_nc_args *a, const struct h3_rn_launches *l,
+                           const struct h3_deferred *const by[5])
 {
     const uint64_t f32 = (uint64_t)a->rows * (uint64_t)a->n * 4;
     struct h3_span out[5] = {{l->p, l->p + f32}, {l->h_out, l->h_out + f32}};
     h3_nc_spans(a, out + 2);
-    return h3_outputs_released(out, by, 5, h3_outputs_freed(out, 5));
+    return h3_outputs_dead(out, by, 5);
 }
 
 static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
@@ -479,20 +474,20 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         return "unaligned";
     long long b_stride = l.b_row / 2;
     const char *clash, *staged_clash;
-    uint64_t released = h3_rn_released(&a, &l, (const struct h3_deferred *[5]){mul, add, norm, norm, cast});
-    if (!h3_rn_fusable(&a, l.b16, b_stride, l.scale, l.h, &l.p, &l.h_out, false, released, &clash)) {
+    const uint64_t dead = h3_rn_dead(&a, &l, (const struct h3_deferred *[5]){mul, add, norm, norm, cast});
+    if (!h3_rn_fusable(&a, l.b16, b_stride, l.scale, l.h, &l.p, &l.h_out, false, dead, &clash)) {
         /* Outputs in b16's memory: the staged kernel, on copies of what the
          * check changes (a failed check changes nothing), so that the
          * fallback below still sees the launches. */
         struct h3_nc_args sa = a;
         struct h3_rn_launches sl = l;
-        if (h3_rn_fusable(&sa, sl.b16, b_stride, sl.scale, sl.h, &sl.p, &sl.h_out, true, released, &staged_clash) &&
+        if (h3_rn_fusable(&sa, sl.b16, b_stride, sl.scale, sl.h, &sl.p, &sl.h_out, true, dead, &staged_clash) &&
             h3_rn_launch_fused(norm, &sl, &b_stride, &sa, true) == NULL) {
             h3_op_note(&h3_op_residual_norm, "staged");
             return NULL;
         }
         a.x = l.h_out; /* norm_cast's read of the norm saw it so */
-        if (!h3_nc_outputs(&a, released >> 2))
+        if (!h3_nc_outputs(&a, dead >> 2)) /* y, rstd, y16: what a later one of them overlaps, and freed */
             return "aliased";
         if (h3_kernels_function("h3_rmsnorm_f32", norm->stream, &why) == NULL)
             return why;

@@ -207,10 +207,9 @@ static bool h3_qk_side_read(const struct h3_deferred *calls, unsigned side, stru
 
 /*
  * Drops from the parameter block every output that a later output of the
- * group overlaps (h3_outputs_freed: k's rstd in q's, the rope's products in
- * q's FP32 copy) or that the allocator freed after its launch
- * (h3_outputs_released: with PyTorch's own code, all but what attention
- * reads).  Then no two outputs overlap.  Returns false when an output
+ * group overlaps (k's rstd in q's, the rope's products in q's FP32 copy)
+ * or that the allocator freed after its launch (with PyTorch's own code,
+ * all but what attention reads): h3_outputs_dead.  Then no two outputs overlap.  Returns false when an output
  * overlaps an input (qkv, cos, sin).
  */
 static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struct h3_span *in, unsigned nin,
@@ -234,8 +233,7 @@ static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struc
                 b[n] = (struct h3_span){(uint64_t)(uintptr_t)f[k], (uint64_t)(uintptr_t)f[k] + per_row[k] * (uint64_t)rows};
             }
         }
-    uint64_t freed = h3_outputs_freed(b, n);
-    freed |= h3_outputs_released(b, by, n, freed);
+    const uint64_t freed = h3_outputs_dead(b, by, n);
     for (unsigned i = 0; i < n; i++) {
         if ((freed >> i) & 1) {
             *field[i] = NULL;
@@ -320,13 +318,13 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
     p.eps = eps;
     void *args[] = {&p};
     /* With `out` alone and 16-byte rows, eight lanes a row (32 rows a block); else 16 rows a block. */
-    const bool out8 = h3_qk_out_only(&p) && h3_qk_wide16(&p);
+    const bool out_only = h3_qk_out_only(&p), out8 = out_only && h3_qk_wide16(&p);
     const unsigned per_block = out8 ? 32 : 16;
     const unsigned grid[3] = {(unsigned)((2 * rows + per_block - 1) / per_block), 1, 1}, block[3] = {256, 1, 1};
-    const char *kernel = out8                   ? "h3_qk_norm_rope_out_f16x8"
-                         : !h3_qk_wide(&p)     ? "h3_qk_norm_rope_f16"
-                         : h3_qk_out_only(&p) ? "h3_qk_norm_rope_out_f16x4"
-                                              : "h3_qk_norm_rope_f16x4";
+    const char *kernel = out8              ? "h3_qk_norm_rope_out_f16x8"
+                         : !h3_qk_wide(&p) ? "h3_qk_norm_rope_f16"
+                         : out_only        ? "h3_qk_norm_rope_out_f16x4"
+                                           : "h3_qk_norm_rope_f16x4";
     return h3_kernels_launch(kernel, &calls[0], grid, block, args);
 }
 

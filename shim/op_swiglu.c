@@ -86,7 +86,7 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     const struct h3_span o[2] = {{silu_out, silu_out + dense}, {out, out + dense}},
                          in = {gate, up + 2 * ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)width)};
     const struct h3_deferred *by[1] = {silu}; /* the product is what w2 reads: only silu's output is asked */
-    if (h3_outputs_released(o, by, 1, 0) != 0)
+    if (h3_outputs_dead(o, by, 1) != 0)
         silu_out = 0;
     else if (h3_spans_overlap(o[0], o[1]) || h3_spans_overlap(o[0], in))
         return "aliased";

@@ -138,16 +138,16 @@ static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
     uint64_t bytes;
 } h3_left_out;
 
-uint64_t h3_outputs_released(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n,
-                             uint64_t unwritten)
+uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n)
 {
+    const uint64_t freed = h3_outputs_freed(out, n);
     const struct h3_frees *f = h3_engine_frees();
     if (f == NULL || f->n == 0 || !h3_released_on())
-        return 0;
+        return freed;
     uint64_t released = 0;
     for (unsigned i = 0; i < n && i < 64; i++) {
         int64_t made = h3_engine_held_index(by[i]);
-        if (made < 0 || out[i].lo == 0 || ((unwritten >> i) & 1))
+        if (made < 0 || out[i].lo == 0 || ((freed >> i) & 1))
             continue;
         for (uint32_t k = 0; k < f->n; k++)
             if (f->at[k].after > (uint64_t)made &&
@@ -158,7 +158,7 @@ uint64_t h3_outputs_released(const struct h3_span *out, const struct h3_deferred
                 break;
             }
     }
-    return released;
+    return freed | released;
 }
 
 void h3_released_take(uint32_t *outputs, uint64_t *bytes)
