@@ -429,15 +429,7 @@ class TiledDecoder:
 
     def _capture(self, tile):
         static_in = tile.clone(memory_format=torch.contiguous_format)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self.model(static_in)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = self.model(static_in)
+        graph, static_out = capture(lambda: self.model(static_in), warmups=2)
         return graph, static_in, static_out
 
     def __call__(self, latent):
@@ -490,19 +482,21 @@ def block_inputs(model, tokens_grid, device, seed):
     return h, cos, sin
 
 
-def capture(fn, times=1):
-    """A CUDA graph of `times` calls of fn(), after one call on a side stream
-    (PyTorch's usual warm-up, so that nothing is loaded during the capture)."""
+def capture(fn, times=1, warmups=1):
+    """A CUDA graph of `times` calls of fn(), after `warmups` calls on a side
+    stream (PyTorch's usual warm-up, so that nothing is loaded during the
+    capture); returns the graph and what the last captured call returned."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        fn()
+        for _ in range(warmups):
+            fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(times):
-            fn()
-    return graph
+            out = fn()
+    return graph, out
 
 
 def profile_block(model, device, reps=50, run_len=10, seed=0):
@@ -550,7 +544,7 @@ def profile_block(model, device, reps=50, run_len=10, seed=0):
             end.synchronize()
             eager.append(start.elapsed_time(end) / run_len)
         result["eager_ms"], result["host_ms"] = median(eager), median(host)
-        graph = capture(run)
+        graph, _ = capture(run)
         graph.replay()
         replay = []
         for _ in range(reps):
@@ -583,11 +577,14 @@ def kernel_row(name):
     return next((r for r, keys in KERNEL_ROWS if any(k in name for k in keys)), "other")
 
 
-def kernel_table(run_block, device, reps=20):
-    """GPU time per block by kernel and by DESIGN.md's rows: `reps` eager blocks
-    under the profiler (CUPTI sees every kernel, the shim's driver launches too),
-    after one block with the profiler waiting and two warming it up, which are
-    not counted (the profiler's start has broken the first block's group).
+def kernel_table(run_block, device, reps=20, per=1):
+    """GPU time per block by kernel and by DESIGN.md's rows: `reps` calls of
+    run_block (eager blocks, or replays of a graph of `per` blocks) under the
+    profiler (CUPTI sees every kernel, the shim's driver launches and a graph's
+    nodes too), after one call with the profiler waiting and two warming it
+    up, which are not counted (the profiler's start has broken the first
+    block's group). Also the GPU's idle time between one kernel's end and the
+    next one's start inside a call, in all and by the kernel after the gap.
     A profiler failure is reported in the result, not raised: the table is extra."""
     try:
         schedule = torch.profiler.schedule(wait=1, warmup=2, active=reps)
@@ -596,19 +593,53 @@ def kernel_table(run_block, device, reps=20):
                 run_block()
                 sync(device)
                 prof.step()
-        events = [(e.name, e.time_range.elapsed_us()) for e in prof.events()
-                  if e.device_type == torch.autograd.DeviceType.CUDA and e.name]
+        events = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                        if e.device_type == torch.autograd.DeviceType.CUDA and e.name)
     except Exception as e:  # noqa: BLE001  (whatever the profiler raises)
         return {"error": f"{type(e).__name__}: {e}"}
-    per_kernel = {}
-    for name, us in events:
-        per_kernel[name] = per_kernel.get(name, 0.0) + us / 1e3 / reps
+    scale = 1e3 * reps * per
+    per_kernel, gaps, prev_end = {}, [], None
+    for start, end, name in events:
+        per_kernel[name] = per_kernel.get(name, 0.0) + (end - start) / scale
+        if prev_end is not None and start > prev_end:
+            gaps.append((start - prev_end, name))
+        prev_end = end if prev_end is None else max(prev_end, end)
+    # The reps - 1 longest gaps are the host's between two calls (a sync, the next launch).
+    gap_before = {}
+    for us, name in sorted(gaps)[:max(len(gaps) - (reps - 1), 0)]:
+        gap_before[name] = gap_before.get(name, 0.0) + us / scale
     rows = {}
     for name, ms in per_kernel.items():
         rows[kernel_row(name)] = rows.get(kernel_row(name), 0.0) + ms
     top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:40]
+    gaps = sorted(gap_before.items(), key=lambda kv: -kv[1])[:20]
     return {"ms_per_block_by_row": rows, "total_ms": sum(per_kernel.values()),
-            "design_ms_by_row": DESIGN_KERNEL_MS, "ms_per_block_by_kernel": [[n[:160], ms] for n, ms in top]}
+            "design_ms_by_row": DESIGN_KERNEL_MS, "ms_per_block_by_kernel": [[n[:160], ms] for n, ms in top],
+            "gap_ms": sum(gap_before.values()), "gap_ms_before_kernel": [[n[:160], ms] for n, ms in gaps]}
+
+
+def profile_vit(model, device, reps=20, seed=0):
+    """One ViT call at 1797 tokens (a [1,24,7,16,16] tile) captured in a CUDA
+    graph as the --cuda-graphs decode captures it, then replayed: the median
+    CUDA-event time of a replay, per call and per block, and the kernel table
+    of the replays (kernels' GPU time and the idle gaps between them, per block)."""
+    blocks = len(model.decoder.blocks)
+    tile = make_latent((1, LATENT_CHANNELS, 7, 16, 16), seed, device)
+    with torch.inference_mode(), autocast(device):
+        graph, _ = capture(lambda: model(tile), warmups=2)
+        graph.replay()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        result = {"tokens": 7 * 16 * 16 + EXTRA_TOKENS, "blocks": blocks, "reps": reps,
+                  "replay_ms": median(times), "replay_ms_per_block": median(times) / blocks}
+        result["kernels"] = kernel_table(graph.replay, device, reps=reps, per=blocks)
+    return result
 
 
 def dispatch_floor(model, device, reps=20, seed=0):

@@ -67,6 +67,8 @@ def parse_args(argv):
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--vit-calls-only", action="store_true", help="print the tiling plan and exit")
     mode.add_argument("--profile-block", action="store_true", help="time one block at 1797 tokens")
+    mode.add_argument("--profile-vit", action="store_true",
+                      help="time one ViT call at 1797 tokens as a CUDA-graph replay, per kernel and gap")
     mode.add_argument("--floor", action="store_true", help="time the block stack at 6 tokens (host floor)")
     mode.add_argument("--activation-stats", action="store_true", help="max |activation| per kind, one request")
     mode.add_argument("--write-weights", metavar="DIR", help="write the synthetic weights to DIR/h3vae.safetensors")
@@ -209,6 +211,15 @@ def main(argv=None):
             line += (f", CUDA-graph replay {r['graph_ms']:.4f} ms/block (DESIGN.md 0.93 ms), "
                      f"host enqueue {r['host_ms']:.4f} ms/block")
         emit(args, {"mode": "profile_block", "environment": env, **r}, [line])
+    elif args.profile_vit:
+        if device.type != "cuda":
+            fail("--profile-vit replays a CUDA graph: it needs --device cuda")
+        r = h3_vae.profile_vit(model, device)
+        k = r.get("kernels", {})
+        emit(args, {"mode": "profile_vit", "environment": env, **r},
+             [f"ViT call at {r['tokens']} tokens, {r['blocks']} blocks, CUDA-graph replay: {r['replay_ms']:.3f} ms, "
+              f"{r['replay_ms_per_block']:.4f} ms/block; kernels {k.get('total_ms', float('nan')):.4f}, "
+              f"gaps {k.get('gap_ms', float('nan')):.4f} ms/block"])
     elif args.floor:
         r = h3_vae.dispatch_floor(model, device)
         emit(args, {"mode": "floor", "environment": env, **r},

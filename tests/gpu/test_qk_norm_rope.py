@@ -86,7 +86,7 @@ OUT_KERNELS = {"h3_qk_norm_rope_out_f16x4": 16, "h3_qk_norm_rope_out_f16x8": 32}
 
 def graph_ms(launch, n=20, reps=11):
     """GPU time of one `launch()`: n launches captured in a CUDA graph, the median replay over n."""
-    graph = h3_vae.capture(launch, times=n)
+    graph, _ = h3_vae.capture(launch, times=n)
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
