@@ -48,6 +48,7 @@ import json
 import math
 import os
 import struct
+import subprocess
 import sys
 import time
 import zlib
@@ -639,7 +640,45 @@ def profile_vit(model, device, reps=20, seed=0):
         result = {"tokens": 7 * 16 * 16 + EXTRA_TOKENS, "blocks": blocks, "reps": reps,
                   "replay_ms": median(times), "replay_ms_per_block": median(times) / blocks}
         result["kernels"] = kernel_table(graph.replay, device, reps=reps, per=blocks)
+        result["gpu_state"] = gpu_state_during(graph.replay, device)
     return result
+
+
+def gpu_state_during(fn, device, seconds=3.0):
+    """What nvidia-smi reads every 50 ms while fn() runs back to back (synchronised
+    each call) for `seconds`, past the first half second: the median SM clock (MHz),
+    power (W) and temperature (C), and every clock-event reason seen (a bit mask,
+    e.g. 0x4 software power cap). A GPU that slows its clock under a denser
+    load makes the same kernels slower in one arm than in another."""
+    query = "clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    try:
+        smi = subprocess.Popen(["nvidia-smi", "-i", f"GPU-{uuid}", f"--query-gpu={query}",
+                                "--format=csv,noheader,nounits", "-lms", "50"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except OSError as e:
+        return {"error": f"nvidia-smi: {e}"}
+    start = time.time()
+    while time.time() - start < seconds:
+        fn()
+        sync(device)
+    smi.terminate()
+    lines = smi.communicate()[0].splitlines()
+    rows = []
+    for line in lines[10:]:
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            rows.append((float(parts[0]), float(parts[1]), float(parts[2]), int(parts[3], 16)))
+        except (ValueError, IndexError):
+            continue
+    if not rows:
+        return {"error": "no readings", "output": lines[:5]}
+    reasons = 0
+    for r in rows:
+        reasons |= r[3]
+    return {"samples": len(rows), "sm_clock_mhz": median([r[0] for r in rows]),
+            "power_w": median([r[1] for r in rows]), "temperature_c": median([r[2] for r in rows]),
+            "clock_event_reasons": hex(reasons)}
 
 
 def dispatch_floor(model, device, reps=20, seed=0):

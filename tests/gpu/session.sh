@@ -27,9 +27,10 @@
 #   profile    serve.py --profile-block without and with the shim (defaults, and
 #              the defaults with H3SHIM_SKIP_RELEASED=0): one block at 1797
 #              tokens, eager, graph replay and per-kernel GPU time (2 min)
-#   profile-vit  serve.py --profile-vit without and with the shim (defaults): one
-#              ViT call at 1797 tokens (36 blocks) as a CUDA-graph replay, its
-#              kernels' GPU time and the idle gaps between them, per block (1 min)
+#   profile-vit  serve.py --profile-vit without the shim (A), with the defaults (S)
+#              and with weight_cache off (W): one ViT call at 1797 tokens (36
+#              blocks) as a CUDA-graph replay, its kernels' GPU time and the idle
+#              gaps between them per block, the SM clock and power under it (2 min)
 #   released   full_decode.py: the defaults beside H3SHIM_SKIP_RELEASED=0 (arms
 #              K, KG), eager and graphs, on the quick latent, 1 round (2 min);
 #              released-decode the same on the full decode, 2 rounds (7-8 min)
@@ -110,8 +111,9 @@ for step in "${steps[@]}"; do
                 python3 scripts/serve.py --latent 1,24,12,24,24 --requests 2 ;;
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
         profile-vit)
-            for arm in A S; do
+            for arm in A S W; do
                 pre=(); [[ $arm != A ]] && pre=(env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_STATS=1)
+                [[ $arm == W ]] && pre+=(H3SHIM_OP_WEIGHT_CACHE=0)
                 run "profile-vit-$arm" 150 bash -c '"${@:2}" 2>"$1"' _ "$work/profile-vit-$arm.err" \
                     ${pre[@]+"${pre[@]}"} python3 scripts/serve.py --profile-vit --json
                 mv "$work/profile-vit-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-vit-$arm.json"
