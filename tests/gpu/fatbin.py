@@ -3,11 +3,14 @@ driver API and launches its kernels on PyTorch's current stream, for the GPU
 kernel tests (tests/gpu/test_<op>.py)."""
 import ctypes
 import os
+import sys
 
 import torch
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT = os.path.join(ROOT, "build", "kernels.fatbin")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import h3_vae  # noqa: E402  (scripts/)
 
 
 class Fatbin:
@@ -63,6 +66,22 @@ class Fatbin:
                 return grid, per * row_bytes
             per += 1
         return None
+
+
+def graph_ms(launch, n=20, reps=11):
+    """GPU time of one `launch()` (launching without waiting): n launches
+    captured in a CUDA graph, the median replay over n. One launch between two
+    events measures the host's launch, not the kernel's time."""
+    graph, _ = h3_vae.capture(launch, times=n)
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / n)
+    return sorted(times)[reps // 2]
 
 
 def ptr(t):

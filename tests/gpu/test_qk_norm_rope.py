@@ -36,7 +36,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
-from fatbin import DEFAULT, Fatbin, bits_differing, report  # noqa: E402  (beside this script)
+from fatbin import DEFAULT, Fatbin, bits_differing, graph_ms, report  # noqa: E402  (beside this script)
 import h3_vae  # noqa: E402
 
 HEADS, DIM, EPS = 32, 64, 1e-5
@@ -82,20 +82,6 @@ def reference(qkv, cos, sin, eps=EPS):
 KERNELS = ("h3_qk_norm_rope_f16", "h3_qk_norm_rope_f16x4")
 # The kernels that write `out` alone (run only so), and their rows per block.
 OUT_KERNELS = {"h3_qk_norm_rope_out_f16x4": 16, "h3_qk_norm_rope_out_f16x8": 32}
-
-
-def graph_ms(launch, n=20, reps=11):
-    """GPU time of one `launch()`: n launches captured in a CUDA graph, the median replay over n."""
-    graph, _ = h3_vae.capture(launch, times=n)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / n)
-    return sorted(times)[reps // 2]
 
 
 def kernel(fb, qkv, cos, sin, eps=EPS, kname=KERNELS[0], timed=False, only=OUTPUTS):
