@@ -58,6 +58,26 @@ __device__ static inline unsigned short h3_h(float v)
     return __half_as_ushort(__float2half_rn(v));
 }
 
+/* Where row r (q and k rows interleaved: token, head, q or k) is: one
+ * division (64-bit division is a long subroutine, and each lane runs it). */
+__device__ static inline void h3_qk_where(const struct h3_qk_params &p, long long r, long long &token, int &head,
+                                          int &which)
+{
+    const long long pair = r / 2;
+    token = pair / p.heads;
+    head = (int)(pair - token * p.heads);
+    which = (int)(r % 2);
+}
+
+/* rsqrtf(sum / 64 + eps): dividing by 64 and multiplying by 2^-6 are the
+ * same exact scaling, so both round to the same float (for every sum,
+ * subnormal, infinite and NaN ones too); the multiplication skips
+ * div.rn.f32's range check and the branch around its slow path. */
+__device__ static inline float h3_qk_rstd(float sum, float eps)
+{
+    return rsqrtf(__fadd_rn(__fmul_rn(sum, 1.0f / H3_QK_DIM), eps));
+}
+
 /* Stores the 4 values of one lane at element i of an output (none when
  * base is NULL): one by one, or as one vector. */
 template <bool Wide>
@@ -130,10 +150,9 @@ __device__ static inline void h3_qk_load(const struct h3_qk_params &p, long long
 {
     const long long rows = p.tokens * p.heads * 2;
     in.live = row < rows;
-    const long long r = in.live ? row : rows - 1; /* every lane takes part in the shuffles */
-    const long long token = r / (2 * p.heads);
-    const int head = (int)(r / 2 % p.heads);
-    in.which = (int)(r % 2);
+    long long token;
+    int head;
+    h3_qk_where(p, in.live ? row : rows - 1, token, head, in.which); /* every lane takes part in the shuffles */
     in.hr = token * p.heads + head;
     const __half *x = reinterpret_cast<const __half *>(p.qkv) + token * p.token_stride +
                       (long long)head * 3 * H3_QK_DIM + in.which * H3_QK_DIM;
@@ -168,7 +187,7 @@ __device__ static inline void h3_qk_finish(const struct h3_qk_params &p, const s
     for (int off = 8; off > 0; off >>= 1)
         s = __fadd_rn(s, __shfl_down_sync(0xffffffffu, s, off, 16));
     s = __shfl_sync(0xffffffffu, s, 0, 16);
-    const float rstd = rsqrtf(__fadd_rn(__fdiv_rn(s, (float)H3_QK_DIM), p.eps));
+    const float rstd = h3_qk_rstd(s, p.eps);
 
     float y[4];
     unsigned short n[4], up[4], down[4];
@@ -255,33 +274,33 @@ extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_out_f16x4(cons
  * elements away) is three lanes away; lanes 6 and 7 pass through.  The op
  * uses it when every pointer and stride allows 16-byte accesses.
  */
-__device__ static inline void h3_unpack8(uint4 u, unsigned short v[8])
-{
-    h3_unpack4(make_uint2(u.x, u.y), v);
-    h3_unpack4(make_uint2(u.z, u.w), v + 4);
-}
-
 extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_out_f16x8(const struct h3_qk_params p)
 {
     const unsigned lane = threadIdx.x % 8;
     const long long rows = p.tokens * p.heads * 2, row = (long long)blockIdx.x * 32 + threadIdx.x / 8;
     const bool live = row < rows;
-    const long long r = live ? row : rows - 1; /* every lane takes part in the shuffles */
-    const long long token = r / (2 * p.heads);
-    const int head = (int)(r / 2 % p.heads), which = (int)(r % 2);
+    long long token;
+    int head, which;
+    h3_qk_where(p, live ? row : rows - 1, token, head, which); /* every lane takes part in the shuffles */
     const long long hr = token * p.heads + head;
     const __half *x = reinterpret_cast<const __half *>(p.qkv) + token * p.token_stride +
                       (long long)head * 3 * H3_QK_DIM + which * H3_QK_DIM;
-    unsigned short xb[8], cb[8], sb[8];
-    h3_unpack8(*reinterpret_cast<const uint4 *>(x + 8 * lane), xb);
+    union h3_half8 {
+        uint4 u;
+        unsigned w[4];
+        __half2 h[4]; /* h[k]: elements 2k (low) and 2k + 1 */
+    } xv, cv, sv, n, up, down, out;
+    xv.u = *reinterpret_cast<const uint4 *>(x + 8 * lane);
     if (8 * lane < H3_QK_ROPE) { /* lanes 0-5 rotate their 8 elements */
         const long long cs = token * p.cs_stride + 8 * lane;
-        h3_unpack8(*reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(p.cosv) + cs), cb);
-        h3_unpack8(*reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(p.sinv) + cs), sb);
+        cv.u = *reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(p.cosv) + cs);
+        sv.u = *reinterpret_cast<const uint4 *>(reinterpret_cast<const __half *>(p.sinv) + cs);
     }
     float v[8];
-    for (int i = 0; i < 8; i++)
-        v[i] = h3_f(xb[i]);
+    for (int k = 0; k < 4; k++) {
+        const float2 f = __half22float2(xv.h[k]);
+        v[2 * k] = f.x, v[2 * k + 1] = f.y;
+    }
     float s0 = 0.0f, s1 = 0.0f; /* the half-warp kernels' lanes 2P and 2P+1 */
     for (int i = 0; i < 4; i++) {
         s0 = __fmaf_rn(v[i], v[i], s0);
@@ -291,29 +310,29 @@ extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_out_f16x8(cons
         s0 = __fadd_rn(s0, __shfl_down_sync(0xffffffffu, s0, off, 8));
         s1 = __fadd_rn(s1, __shfl_down_sync(0xffffffffu, s1, off, 8));
     }
-    const float sum = __shfl_sync(0xffffffffu, __fadd_rn(s0, s1), 0, 8);
-    const float rstd = rsqrtf(__fadd_rn(__fdiv_rn(sum, (float)H3_QK_DIM), p.eps));
-    unsigned short n[8], up[8], down[8], out[8];
-    for (int i = 0; i < 8; i++)
-        n[i] = h3_h(__fmul_rn(rstd, v[i]));
-    for (int i = 0; i < 8; i++) {
-        up[i] = (unsigned short)__shfl_down_sync(0xffffffffu, (int)n[i], 3, 8);
-        down[i] = (unsigned short)__shfl_up_sync(0xffffffffu, (int)n[i], 3, 8);
+    const float rstd = h3_qk_rstd(__shfl_sync(0xffffffffu, __fadd_rn(s0, s1), 0, 8), p.eps);
+    for (int k = 0; k < 4; k++)
+        n.h[k] = __floats2half2_rn(__fmul_rn(rstd, v[2 * k]), __fmul_rn(rstd, v[2 * k + 1]));
+    for (int k = 0; k < 4; k++) {
+        up.w[k] = __shfl_down_sync(0xffffffffu, n.w[k], 3, 8);
+        down.w[k] = __shfl_up_sync(0xffffffffu, n.w[k], 3, 8);
     }
     if (!live)
         return;
-    for (int i = 0; i < 8; i++)
-        out[i] = n[i];
+    out.u = n.u;
     if (8 * lane < H3_QK_ROPE) {
-        for (int i = 0; i < 8; i++) {
-            const int d = 8 * (int)lane + i;
-            const unsigned short a = h3_h(__fmul_rn(h3_f(n[i]), h3_f(cb[i])));
-            const unsigned short rot = d < H3_QK_HALF ? h3_bits(__hneg(__ushort_as_half(up[i]))) : down[i];
-            const unsigned short b = h3_h(__fmul_rn(h3_f(rot), h3_f(sb[i])));
-            out[i] = h3_h(__fadd_rn(h3_f(a), h3_f(b)));
+        /* rn16(float(a) * float(b)) is the FP16 product rounded once (the
+         * FP32 product of two FP16 values is exact), and rn16(float(a) +
+         * float(b)) the FP16 sum rounded once (FP32's 24 bits are at least
+         * twice FP16's 11 plus 2, so the double rounding is innocuous):
+         * __hmul2_rn and __hadd2_rn give the Half kernels' bits, two at a
+         * time, and are never contracted into a fused multiply-add. */
+        const bool first = 8 * lane < H3_QK_HALF; /* the partner is 24 ahead: rot = -n[d + 24] */
+        for (int k = 0; k < 4; k++) {
+            const __half2 rot = first ? __hneg2(up.h[k]) : down.h[k];
+            out.h[k] = __hadd2_rn(__hmul2_rn(n.h[k], cv.h[k]), __hmul2_rn(rot, sv.h[k]));
         }
     }
-    const uint2 lo = h3_pack4(out), hi = h3_pack4(out + 4);
     *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned short *>(p.side[which].out) + hr * H3_QK_DIM + 8 * lane) =
-        make_uint4(lo.x, lo.y, hi.x, hi.y);
+        out.u;
 }
