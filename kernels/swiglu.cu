@@ -6,6 +6,10 @@
  * ActivationSiluKernel.cu (opmath float, c10::cuda::compat::exp, an IEEE
  * division) and the Half MulFunctor<float> compute, rounding at the same
  * points; no fast math, no contraction (there is nothing to contract).
+ * The product of two FP16 values is exact in FP32 (22 significant bits,
+ * exponents well inside FP32's normal range), so rn16(float(s) * float(u))
+ * is the FP16 product rounded once: __hmul_rn / __hmul2_rn compute it, two
+ * elements at a time, without the conversions (and never contract it).
  * The silu output is written too, as the unfused launches write it, unless
  * silu_out is null (the op leaves it out once PyTorch freed it).
  *
@@ -14,18 +18,14 @@
  *
  * h3_swiglu_f16x8 computes the same, eight elements per thread with 16-byte
  * loads and stores; the op uses it when every pointer is 16-byte aligned and
- * width and stride are multiples of 8 (the H3 block's layout).  Each element
- * goes through the same h3_swiglu_one, so the two kernels' bits are equal.
+ * width and stride are multiples of 8 (the H3 block's layout).  Both take
+ * silu from h3_silu, so the two kernels' bits are equal.
  */
 #include <cuda_fp16.h>
 
-/* silu(g) into *silu, and silu(g) * u into *out. */
-__device__ static inline void h3_swiglu_one(__half g16, __half u16, __half *silu, __half *out)
+__device__ static inline float h3_silu(float g)
 {
-    float g = __half2float(g16);
-    __half s = __float2half_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))));
-    *silu = s;
-    *out = __float2half_rn(__fmul_rn(__half2float(s), __half2float(u16)));
+    return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
 }
 
 extern "C" __global__ void h3_swiglu_f16(const __half *__restrict__ gate, const __half *__restrict__ up,
@@ -37,8 +37,8 @@ extern "C" __global__ void h3_swiglu_f16(const __half *__restrict__ gate, const 
          i += (long long)gridDim.x * blockDim.x) {
         long long r = i / width, c = i - r * width;
         long long at = r * in_row_stride + c;
-        __half s;
-        h3_swiglu_one(gate[at], up[at], &s, &out[i]);
+        const __half s = __float2half_rn(h3_silu(__half2float(gate[at])));
+        out[i] = __hmul_rn(s, up[at]);
         if (silu_out != nullptr)
             silu_out[i] = s;
     }
@@ -55,12 +55,15 @@ extern "C" __global__ void h3_swiglu_f16x8(const __half *__restrict__ gate, cons
         long long at = r * in_row_stride + c, i = r * width + c;
         union {
             uint4 u;
-            __half h[8];
+            __half2 h[4]; /* h[k]: elements 2k (low) and 2k + 1 */
         } g, u, s, o;
         g.u = *reinterpret_cast<const uint4 *>(gate + at);
         u.u = *reinterpret_cast<const uint4 *>(up + at);
-        for (int k = 0; k < 8; k++)
-            h3_swiglu_one(g.h[k], u.h[k], &s.h[k], &o.h[k]);
+        for (int k = 0; k < 4; k++) {
+            const float2 f = __half22float2(g.h[k]);
+            s.h[k] = __floats2half2_rn(h3_silu(f.x), h3_silu(f.y));
+            o.h[k] = __hmul2_rn(s.h[k], u.h[k]);
+        }
         if (silu_out != nullptr)
             *reinterpret_cast<uint4 *>(silu_out + i) = s.u;
         *reinterpret_cast<uint4 *>(out + i) = o.u;
