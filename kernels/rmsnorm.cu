@@ -25,7 +25,12 @@
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
-/* Steps 2-4 for one 32x4 block: `s` is this thread's sum of squares (step 1). */
+/* The steps above for kernels built on them (residual_rmsnorm).  The
+ * validated h3_rmsnorm_f32 below keeps its own copy of them, as it was
+ * compiled for its evidence (tests/evidence/...-rmsnorm-kernel.md): a
+ * change of its code needs that test run again.
+ *
+ * Steps 2-4 for one 32x4 block: `s` is this thread's sum of squares (step 1). */
 __device__ static float h3_block_rstd(float s, int n, float eps)
 {
     __shared__ float warp_sum[4];
@@ -66,39 +71,49 @@ __device__ static inline void h3_norm_store4(float4 v, float r, const float *gam
     }
 }
 
-/* A thread keeps the float4s it reads in the first H3_KEPT of its turns
- * (rows of up to 2048 floats: the H3 block's) in registers for step 5; the
- * rest of a longer row is read again. */
-#define H3_KEPT 4
-
 extern "C" __global__ void __launch_bounds__(128)
     h3_rmsnorm_f32(const float *__restrict__ x, const float *__restrict__ gamma, float eps, int n,
                    float *__restrict__ y, float *__restrict__ rstd, __half *__restrict__ y16)
 {
+    __shared__ float warp_sum[4];
     const long long row = blockIdx.x;
     const int t = threadIdx.x + 32 * threadIdx.y, nvec = n / 4;
     const float4 *xv = reinterpret_cast<const float4 *>(x + row * n);
-    float *yr = y != nullptr ? y + row * n : nullptr;
-    __half *y16r = y16 != nullptr ? y16 + row * n : nullptr;
 
     float s = 0.0f;
-    float4 kept[H3_KEPT];
-#pragma unroll
-    for (int k = 0; k < H3_KEPT; k++) {
-        if (t + 128 * k < nvec) {
-            kept[k] = xv[t + 128 * k];
-            s = h3_sumsq4(kept[k], s);
+    for (int i = t; i < nvec; i += 128) {
+        float4 v = xv[i];
+        s = __fmaf_rn(v.x, v.x, s);
+        s = __fmaf_rn(v.y, v.y, s);
+        s = __fmaf_rn(v.z, v.z, s);
+        s = __fmaf_rn(v.w, v.w, s);
+    }
+    for (int off = 16; off > 0; off >>= 1)
+        s = __fadd_rn(s, __shfl_down_sync(0xffffffffu, s, off));
+    if (threadIdx.x == 0)
+        warp_sum[threadIdx.y] = s;
+    __syncthreads();
+    const float total = __fadd_rn(__fadd_rn(warp_sum[0], warp_sum[2]), __fadd_rn(warp_sum[1], warp_sum[3]));
+    const float r = rsqrtf(__fadd_rn(__fdiv_rn(total, (float)n), eps));
+
+    const float4 *gv = reinterpret_cast<const float4 *>(gamma);
+    for (int i = t; i < nvec; i += 128) {
+        float4 v = xv[i], o;
+        if (gamma != nullptr) {
+            float4 g = gv[i];
+            o = make_float4(__fmul_rn(g.x, __fmul_rn(r, v.x)), __fmul_rn(g.y, __fmul_rn(r, v.y)),
+                            __fmul_rn(g.z, __fmul_rn(r, v.z)), __fmul_rn(g.w, __fmul_rn(r, v.w)));
+        } else {
+            o = make_float4(__fmul_rn(r, v.x), __fmul_rn(r, v.y), __fmul_rn(r, v.z), __fmul_rn(r, v.w));
+        }
+        if (y != nullptr)
+            reinterpret_cast<float4 *>(y + row * n)[i] = o;
+        if (y16 != nullptr) {
+            __half2 *h = reinterpret_cast<__half2 *>(y16 + row * n + 4 * i);
+            h[0] = __halves2half2(__float2half_rn(o.x), __float2half_rn(o.y));
+            h[1] = __halves2half2(__float2half_rn(o.z), __float2half_rn(o.w));
         }
     }
-    for (int i = t + 128 * H3_KEPT; i < nvec; i += 128)
-        s = h3_sumsq4(xv[i], s);
-    const float r = h3_block_rstd(s, n, eps);
-#pragma unroll
-    for (int k = 0; k < H3_KEPT; k++)
-        if (t + 128 * k < nvec)
-            h3_norm_store4(kept[k], r, gamma, t + 128 * k, yr, y16r);
-    for (int i = t + 128 * H3_KEPT; i < nvec; i += 128)
-        h3_norm_store4(xv[i], r, gamma, i, yr, y16r);
     if (t == 0 && rstd != nullptr)
         rstd[row] = r;
 }
@@ -124,10 +139,8 @@ __device__ static inline void h3_residual_row(const __half2 *bv, const float *__
     const int t = threadIdx.x + 32 * threadIdx.y, nvec = n / 4;
     const float4 *hv = reinterpret_cast<const float4 *>(h + row * n), *sv = reinterpret_cast<const float4 *>(scale);
     float4 *pv = reinterpret_cast<float4 *>(p_out + row * n), *ov = reinterpret_cast<float4 *>(h_out + row * n);
-    float *yr = y != nullptr ? y + row * n : nullptr;
-    __half *y16r = y16 != nullptr ? y16 + row * n : nullptr;
-    /* p and h' of element i: h' stored, p where asked, and the square folded in */
-    auto step = [&](int i, float &s) {
+    float s = 0.0f;
+    for (int i = t; i < nvec; i += 128) {
         float2 b01 = __half22float2(bv[2 * i]), b23 = __half22float2(bv[2 * i + 1]);
         float4 sc = sv[i], hh = hv[i];
         float4 p = make_float4(__fmul_rn(b01.x, sc.x), __fmul_rn(b01.y, sc.y), __fmul_rn(b23.x, sc.z),
@@ -138,23 +151,11 @@ __device__ static inline void h3_residual_row(const __half2 *bv, const float *__
             pv[i] = p;
         ov[i] = o;
         s = h3_sumsq4(o, s);
-        return o;
-    };
-    float s = 0.0f;
-    float4 kept[H3_KEPT];
-#pragma unroll
-    for (int k = 0; k < H3_KEPT; k++)
-        if (t + 128 * k < nvec)
-            kept[k] = step(t + 128 * k, s);
-    for (int i = t + 128 * H3_KEPT; i < nvec; i += 128)
-        step(i, s);
+    }
     const float r = h3_block_rstd(s, n, eps);
-#pragma unroll
-    for (int k = 0; k < H3_KEPT; k++)
-        if (t + 128 * k < nvec)
-            h3_norm_store4(kept[k], r, gamma, t + 128 * k, yr, y16r);
-    for (int i = t + 128 * H3_KEPT; i < nvec; i += 128)
-        h3_norm_store4(ov[i], r, gamma, i, yr, y16r);
+    for (int i = t; i < nvec; i += 128)
+        h3_norm_store4(ov[i], r, gamma, i, y != nullptr ? y + row * n : nullptr,
+                       y16 != nullptr ? y16 + row * n : nullptr);
     if (t == 0 && rstd != nullptr)
         rstd[row] = r;
 }
