@@ -43,7 +43,7 @@
 #              stops before a round that would outrun its limit and
 #              reports the rounds done (5 rounds outran 420 s at 369a5b8
 #              and left nothing)                                      (1-8 min)
-# OWN_ROUNDS and WORKLOADS_ROUNDS set those steps' rounds (5 and 3).
+# OWN_ROUNDS, WORKLOADS_ROUNDS and DECODE_ROUNDS set those steps' rounds (5, 3 and 3).
 # The archive is $OUT/session.tgz when OUT is set, else build/session.tgz; the
 # evidence files also land in tests/evidence/. Exit status: 1 when a step failed.
 set -uo pipefail
@@ -93,7 +93,7 @@ for step in "${steps[@]}"; do
                 run "kernel-$t" 200 python3 "tests/gpu/test_$t.py" --fatbin build/kernels.fatbin
             done ;;
         kernel-*) run "$step" 200 python3 "tests/gpu/test_${step#kernel-}.py" --fatbin build/kernels.fatbin ;;
-        decode) run decode 420 python3 tests/gpu/full_decode.py --arms S,SG --rounds 3 --tag=-defaults ;;
+        decode) run decode 420 python3 tests/gpu/full_decode.py --arms S,SG --rounds "${DECODE_ROUNDS:-3}" --tag=-defaults ;;
         floor)
             base_build
             run floor 420 python3 tests/gpu/host_time.py --floor --rounds 3 ${b[@]+"${b[@]}"} ;;
