@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Markdown table of `serve.py --profile-block --json` documents side by side:
+"""Markdown table of `serve.py --profile-block --json` (or `--profile-vit --json`) documents side by side:
 GPU time per H3 block by DESIGN.md's rows and by each fused kernel, the
 kernel total and its ratio to the first document's (the unshimmed arm), and
 the eager and graph-replay times.
@@ -54,8 +54,19 @@ def table(docs, title, about=ABOUT):
     out.append("| against the first | " + " | ".join(
         "-" if not t or not base else f"{base / t:.3f}x" for t in totals) + " |")
     for key, label in (("eager_ms", "eager, event span / block"), ("graph_ms", "one block's graph replay"),
-                       ("host_ms", "host time to enqueue a block")):
-        out.append(f"| {label} | " + " | ".join(fmt(d.get(key)) for _, d in docs) + " |")
+                       ("host_ms", "host time to enqueue a block"),
+                       ("replay_ms_per_block", "a ViT call's graph replay / block (events)")):
+        if any(key in d for _, d in docs):
+            out.append(f"| {label} | " + " | ".join(fmt(d.get(key)) for _, d in docs) + " |")
+    if any("gap_ms" in d.get("kernels", {}) for _, d in docs):
+        out.append("| idle gaps between kernels / block | " +
+                   " | ".join(fmt(d.get("kernels", {}).get("gap_ms")) for _, d in docs) + " |")
+    for key, label, form in (("sm_clock_mhz", "SM clock under the replays, MHz (median)", "{:.0f}"),
+                             ("power_w", "power, W (median)", "{:.0f}"),
+                             ("clock_event_reasons", "clock-event reasons seen (0x4: software power cap)", "{}")):
+        if any(key in d.get("gpu_state", {}) for _, d in docs):
+            out.append(f"| {label} | " + " | ".join(
+                "-" if key not in d.get("gpu_state", {}) else form.format(d["gpu_state"][key]) for _, d in docs) + " |")
     env = docs[0][1].get("environment", {})
     out += ["", f"{env.get('gpu')}, torch {env.get('torch')}, CUDA {env.get('cuda')}."]
     return "\n".join(out) + "\n"

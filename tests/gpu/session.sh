@@ -85,6 +85,8 @@ base_build() {
     [[ -f $lib ]] && b=(--shim-b "$lib")
     return 0
 }
+VIT_ABOUT="GPU time per block, ms: a ViT call at 1797 tokens captured as the --cuda-graphs decode captures it, \
+the profiler over 20 replays; A without the shim, S the defaults, W the defaults with weight_cache off."
 for step in "${steps[@]}"; do
     case $step in
         kernels)
@@ -117,7 +119,10 @@ for step in "${steps[@]}"; do
                 run "profile-vit-$arm" 150 bash -c '"${@:2}" 2>"$1"' _ "$work/profile-vit-$arm.err" \
                     ${pre[@]+"${pre[@]}"} python3 scripts/serve.py --profile-vit --json
                 mv "$work/profile-vit-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-vit-$arm.json"
-            done ;;
+            done
+            p="$work/$(date +%F)-nvidia-h200-profile-vit"
+            python3 tests/gpu/profile_table.py A="$p-A.json" S="$p-S.json" W="$p-W.json" \
+                --title "One ViT call (36 blocks) replayed from a CUDA graph, per block" --about "$VIT_ABOUT" >"$p.md" ;;
         released)
             # The defaults beside H3SHIM_SKIP_RELEASED=0 (K, KG: every output written), quick latent.
             run released-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,K,SG,KG \
