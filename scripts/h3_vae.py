@@ -500,6 +500,19 @@ def capture(fn, times=1, warmups=1):
     return graph, out
 
 
+def event_ms(fn, reps, per=1):
+    """The median over `reps` of the CUDA-event time of fn() on the current stream, over `per`."""
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / per)
+    return median(times)
+
+
 def profile_block(model, device, reps=50, run_len=10, seed=0):
     """Times block 0 at 1797 tokens (a 7x16x16 tile); returns a dict of ms per block.
 
@@ -547,16 +560,12 @@ def profile_block(model, device, reps=50, run_len=10, seed=0):
         result["eager_ms"], result["host_ms"] = median(eager), median(host)
         graph, _ = capture(run)
         graph.replay()
-        replay = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+
+        def replays():
             for _ in range(run_len):
                 graph.replay()
-            end.record()
-            end.synchronize()
-            replay.append(start.elapsed_time(end) / run_len)
-        result["graph_ms"] = median(replay)
+
+        result["graph_ms"] = event_ms(replays, reps, per=run_len)
         result["kernels"] = kernel_table(run, device)
     return result
 
@@ -629,16 +638,9 @@ def profile_vit(model, device, reps=20, seed=0):
     with torch.inference_mode(), autocast(device):
         graph, _ = capture(lambda: model(tile), warmups=2)
         graph.replay()
-        times = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
+        ms = event_ms(graph.replay, reps)
         result = {"tokens": 7 * 16 * 16 + EXTRA_TOKENS, "blocks": blocks, "reps": reps,
-                  "replay_ms": median(times), "replay_ms_per_block": median(times) / blocks}
+                  "replay_ms": ms, "replay_ms_per_block": ms / blocks}
         result["kernels"] = kernel_table(graph.replay, device, reps=reps, per=blocks)
         result["gpu_state"] = gpu_state_during(graph.replay, device)
     return result

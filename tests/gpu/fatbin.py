@@ -73,15 +73,7 @@ def graph_ms(launch, n=20, reps=11):
     captured in a CUDA graph, the median replay over n. One launch between two
     events measures the host's launch, not the kernel's time."""
     graph, _ = h3_vae.capture(launch, times=n)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / n)
-    return sorted(times)[reps // 2]
+    return h3_vae.event_ms(graph.replay, reps, per=n)
 
 
 def ptr(t):

@@ -85,6 +85,28 @@ base_build() {
     [[ -f $lib ]] && b=(--shim-b "$lib")
     return 0
 }
+# profile_arms NAME FLAG LIMIT TITLE ABOUT ARM[:VAR=VALUE]...: `serve.py FLAG --json`
+# for each arm (A without the shim, the others with its defaults, H3SHIM_STATS=1
+# and their own setting), each document ...-NAME-ARM.json (stdout) beside its
+# stats (stderr), then their table ...-NAME.md (TITLE and ABOUT: empty for
+# profile_table.py's own).
+profile_arms() {
+    local name=$1 flag=$2 limit=$3 title=$4 about=$5 spec arm
+    shift 5
+    local p docs=()
+    p="$work/$(date +%F)-nvidia-h200-$name"
+    for spec in "$@"; do
+        arm=${spec%%:*}
+        local pre=()
+        [[ $arm != A ]] && pre=(env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_STATS=1)
+        [[ $spec == *:* ]] && pre+=("${spec#*:}")
+        run "$name-$arm" "$limit" bash -c '"${@:2}" 2>"$1"' _ "$work/$name-$arm.err" \
+            ${pre[@]+"${pre[@]}"} python3 scripts/serve.py "$flag" --json
+        mv "$work/$name-$arm.log" "$p-$arm.json"
+        docs+=("$arm=$p-$arm.json")
+    done
+    python3 tests/gpu/profile_table.py "${docs[@]}" ${title:+--title "$title"} ${about:+--about "$about"} >"$p.md"
+}
 VIT_ABOUT="GPU time per block, ms: a ViT call at 1797 tokens captured as the --cuda-graphs decode captures it, \
 the profiler over 20 replays; A without the shim, S the defaults, W the defaults with weight_cache off."
 for step in "${steps[@]}"; do
@@ -113,16 +135,8 @@ for step in "${steps[@]}"; do
                 python3 scripts/serve.py --latent 1,24,12,24,24 --requests 2 ;;
         quick) run quick 120 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG --rounds 1 --tag=-quick-defaults ;;
         profile-vit)
-            for arm in A S W; do
-                pre=(); [[ $arm != A ]] && pre=(env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_STATS=1)
-                [[ $arm == W ]] && pre+=(H3SHIM_OP_WEIGHT_CACHE=0)
-                run "profile-vit-$arm" 150 bash -c '"${@:2}" 2>"$1"' _ "$work/profile-vit-$arm.err" \
-                    ${pre[@]+"${pre[@]}"} python3 scripts/serve.py --profile-vit --json
-                mv "$work/profile-vit-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-vit-$arm.json"
-            done
-            p="$work/$(date +%F)-nvidia-h200-profile-vit"
-            python3 tests/gpu/profile_table.py A="$p-A.json" S="$p-S.json" W="$p-W.json" \
-                --title "One ViT call (36 blocks) replayed from a CUDA graph, per block" --about "$VIT_ABOUT" >"$p.md" ;;
+            profile_arms profile-vit --profile-vit 150 "One ViT call (36 blocks) replayed from a CUDA graph, per block" \
+                "$VIT_ABOUT" A S W:H3SHIM_OP_WEIGHT_CACHE=0 ;;
         released)
             # The defaults beside H3SHIM_SKIP_RELEASED=0 (K, KG: every output written), quick latent.
             run released-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,K,SG,KG \
@@ -140,17 +154,8 @@ for step in "${steps[@]}"; do
             run graphs-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms SG,NG --rounds 1 --tag=-quick-graphs
             run graphs-decode 300 python3 tests/gpu/full_decode.py --arms SG,NG --rounds 2 --tag=-graphs ;;
         profile)
-            # stdout is the JSON document; stderr (the shim's stats) goes beside it.
             # K: the defaults with every output written (H3SHIM_SKIP_RELEASED=0).
-            for arm in A S K; do
-                pre=(); [[ $arm != A ]] && pre=(env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_STATS=1)
-                [[ $arm == K ]] && pre+=(H3SHIM_SKIP_RELEASED=0)
-                run "profile-$arm" 120 bash -c '"${@:2}" 2>"$1"' _ "$work/profile-$arm.err" \
-                    ${pre[@]+"${pre[@]}"} python3 scripts/serve.py --profile-block --json
-                mv "$work/profile-$arm.log" "$work/$(date +%F)-nvidia-h200-profile-block-$arm.json"
-            done
-            p="$work/$(date +%F)-nvidia-h200-profile-block"
-            python3 tests/gpu/profile_table.py A="$p-A.json" S="$p-S.json" K="$p-K.json" >"$p.md" ;;
+            profile_arms profile-block --profile-block 120 "" "" A S K:H3SHIM_SKIP_RELEASED=0 ;;
         trace)
             # A Chrome-format trace of one quick request with two blocks (tiles of
             # the recorded 1797 tokens: the blocks fuse), gzipped,
