@@ -271,8 +271,10 @@ extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_out_f16x4(cons
  * squares folded with fused multiply-adds; the half-warp's offsets 8, 4
  * and 2 are shuffles by 4, 2 and 1 lanes on both halves' sums; its offset
  * 1 adds lane P's second half to its first.  The rotation partner (24
- * elements away) is three lanes away; lanes 6 and 7 pass through.  The op
- * uses it when every pointer and stride allows 16-byte accesses.
+ * elements away) is three lanes away; lanes 6 and 7 pass through.  Its
+ * values stay packed two to a word: the shuffles move pairs, and the rope
+ * runs on half2 pairs with the same bits (see there).  The op uses it when
+ * every pointer and stride allows 16-byte accesses.
  */
 extern "C" __global__ void __launch_bounds__(256) h3_qk_norm_rope_out_f16x8(const struct h3_qk_params p)
 {
