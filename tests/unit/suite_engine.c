@@ -25,6 +25,7 @@
 #define T_REPLAY_FREES "build/tests/h3-block3-frees-after.txt"
 #define T_REPLAY_FREES_BEFORE "build/tests/h3-block3-frees-before.txt"
 #define T_REPLAY_FREES_CPU "build/tests/h3-block3-frees-cpu.txt"
+#define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
 
@@ -706,9 +707,9 @@ START_TEST(residual_norm_replaces_the_mid_block_residual_and_norm)
 }
 END_TEST
 
-/* Replays `replay` (a rewritten replay file) without the shim's ops, into
- * *base, and with `env`, returning the log and the stats. */
-static char *replay_rewritten(const char *replay, const char *tag, const char *const *env, char **base,
+/* Replays the replay file `replay` (rewritten, or another model's) without
+ * the shim's ops, into *base, and with `env`, returning the log and the stats. */
+static char *replay_against_base(const char *replay, const char *tag, const char *const *env, char **base,
                               char **stats)
 {
     t_run.replay = replay;
@@ -731,7 +732,7 @@ START_TEST(residual_norm_keeps_the_exact_part_when_a_copy_lands_in_an_input)
     const char *const env[] = T_RN_ENV;
     char *base, *stats;
     t_run.trace = t_path("residual-alias.jsonl");
-    char *log = replay_rewritten(T_REPLAY_ALIAS, "residual_norm-alias", env, &base, &stats);
+    char *log = replay_against_base(T_REPLAY_ALIAS, "residual_norm-alias", env, &base, &stats);
     char *trace = t_read_file(t_run.trace, NULL);
     t_run.trace = NULL;
     /* The trace says how, at the call where the op ran. */
@@ -764,7 +765,7 @@ START_TEST(residual_norm_stages_the_last_sum_that_lands_in_b16)
     T_NEEDS_KERNELS();
     const char *const env[] = T_RN_ENV;
     char *base, *stats;
-    char *log = replay_rewritten(T_REPLAY_LAST_H_ALIAS, "last-h-alias", env, &base, &stats);
+    char *log = replay_against_base(T_REPLAY_LAST_H_ALIAS, "last-h-alias", env, &base, &stats);
     if (T_COOP) {
         ck_assert_msg(strstr(stats, "op residual_norm 18 groups run (54 calls)") != NULL, "%s", tail_of(stats));
         ck_assert_msg(strstr(stats, "op residual_norm ran with staged               3") != NULL, "%s",
@@ -793,7 +794,7 @@ START_TEST(swiglu_takes_the_one_element_kernel_where_a_pointer_is_unaligned)
     T_NEEDS_KERNELS();
     static const char *const env[] = {"H3SHIM_OP_SWIGLU=1", NULL};
     char *base, *stats;
-    char *log = replay_rewritten(T_REPLAY_SWIGLU_UNALIGNED, "swiglu-unaligned", env, &base, &stats);
+    char *log = replay_against_base(T_REPLAY_SWIGLU_UNALIGNED, "swiglu-unaligned", env, &base, &stats);
     ck_assert_msg(strstr(stats, "op swiglu       9 groups run (18 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), T_INSTANCES);
     ck_assert_uint_eq(t_count(log, " 1080 1 1 100 1 1 "), 1);
@@ -812,7 +813,7 @@ START_TEST(swiglu_falls_back_where_its_output_lands_in_its_input)
     T_NEEDS_KERNELS();
     static const char *const env[] = {"H3SHIM_OP_SWIGLU=1", NULL};
     char *base, *stats;
-    char *log = replay_rewritten(T_REPLAY_SWIGLU_ALIAS, "swiglu-alias", env, &base, &stats);
+    char *log = replay_against_base(T_REPLAY_SWIGLU_ALIAS, "swiglu-alias", env, &base, &stats);
     ck_assert_msg(strstr(stats, "op swiglu       8 groups run (16 calls)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "op swiglu       fallback aliased              1") != NULL, "%s", tail_of(stats));
     ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 "), 8);
@@ -1401,11 +1402,8 @@ END_TEST
 START_TEST(another_models_calls_are_forwarded_idle)
 {
     static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
-    t_run.replay = "build/tests/foreign-replay.txt";
-    char *base = replay_with("base", t_disabled, NULL);
-    char *stats;
-    char *log = replay_with("foreign", defaults, &stats);
-    t_run.replay = NULL;
+    char *base, *stats;
+    char *log = replay_against_base(T_REPLAY_FOREIGN, "foreign", defaults, &base, &stats);
     ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
     long calls = stat_after(stats, "shim host time: "), idle = stat_after(stats, "passthrough  idle");
     ck_assert_msg(calls > 500 && idle > calls * 9 / 10, "%ld idle of %ld calls:\n%s", idle, calls, tail_of(stats));
@@ -1423,10 +1421,10 @@ END_TEST
 START_TEST(blocks_after_another_models_idle_calls_fuse)
 {
     static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
-    t_run.replay = "build/tests/foreign-replay.txt";
+    t_run.replay = T_REPLAY_FOREIGN;
     char *foreign = replay_with("foreign", t_disabled, NULL);
     t_run.replay = NULL;
-    t_run.replay_before = "build/tests/foreign-replay.txt";
+    t_run.replay_before = T_REPLAY_FOREIGN;
     char *stats;
     char *log = replay_with("foreign-then-h3", defaults, &stats);
     t_run.replay_before = NULL;
@@ -1459,13 +1457,10 @@ END_TEST
 START_TEST(another_models_graph_is_captured_and_launched_untouched)
 {
     static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
-    t_run.replay = "build/tests/foreign-replay.txt";
     t_run.graph = (struct fw_graph_opts){0x3000, 0x4000, 2, 0, 0, 0, 0, 0};
-    char *base = replay_with("base", t_disabled, NULL);
-    char *stats;
-    char *log = replay_with("foreign-graph", defaults, &stats);
+    char *base, *stats;
+    char *log = replay_against_base(T_REPLAY_FOREIGN, "foreign-graph", defaults, &base, &stats);
     memset(&t_run.graph, 0, sizeof(t_run.graph));
-    t_run.replay = NULL;
     /* (less the shim's own questions to the driver about the capture) */
     char *executed = lines_without(log, "cuStreamGetCaptureInfo");
     ck_assert_msg(strcmp(base, executed) == 0, "the fakes executed another stream of calls");
