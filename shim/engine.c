@@ -207,6 +207,7 @@ static const char *const h3_flush_names[H3_FLUSH_COUNT] = {
 
 static atomic_ulong h3_flushes[H3_FLUSH_COUNT], h3_flushed_calls[H3_FLUSH_COUNT];
 static atomic_ulong h3_deferred_calls, h3_issue_errors;
+static atomic_ulong h3_owed_issued, h3_owed_left_out;
 
 /* ---- the per-thread queue ---- */
 
@@ -229,7 +230,17 @@ struct h3_queue {
     atomic_bool in_use;   /* a thread has it (else a finished thread gave it back) */
     CUcontext ctx;        /* current when the held calls began: another thread issues them in it */
     _Atomic(const void *) held_stream; /* the stream of what it holds, for the same test */
-    struct h3_frees frees; /* what the allocator freed on its thread since the group began */
+    struct h3_frees frees; /* what the allocator freed on its thread since the group began (or since
+                              its owed writes were owed) */
+    /* Launches an anchored op replaced that write a buffer PyTorch may still
+     * read (h3_engine_owe): issued at the thread's next observed call unless
+     * the allocator freed their output first.  Their parameters stay in the
+     * arena until then. */
+    struct h3_owed {
+        struct h3_deferred d;
+        struct h3_span out;
+    } owed[H3_OWED_MAX];
+    uint32_t nowed;
 };
 
 
@@ -311,18 +322,67 @@ unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n)
     return failed;
 }
 
+/* `holding` is set while the queue holds launches or owes writes: the
+ * other threads flush it, and the allocator's frees on its thread are logged. */
+static void h3_queue_hold(struct h3_queue *q, bool on)
+{
+    if (atomic_load_explicit(&q->holding, memory_order_relaxed) == on)
+        return;
+    atomic_store_explicit(&q->holding, on, memory_order_relaxed);
+    if (on)
+        atomic_fetch_add_explicit(&h3_hot.holding, 1, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&h3_hot.holding, 1, memory_order_relaxed);
+}
+
 static void h3_queue_clear(struct h3_queue *q)
 {
-    if (q->n > 0) {
-        atomic_store_explicit(&q->holding, false, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&h3_hot.holding, 1, memory_order_relaxed);
-    }
     q->n = 0;
-    q->used = 0;
+    if (q->nowed == 0) {
+        q->used = 0;
+        h3_queue_hold(q, false);
+    } else {
+        q->frees.n = 0; /* from now on the log is the owed writes' */
+    }
     q->groups = NULL;
     q->awaiting = false;
     q->complete = false;
     q->allowed = 0;
+}
+
+/* Issues the writes `q` owes whose output no free logged since overlaps,
+ * and forgets the rest (their buffer is gone: nothing can read it).  Locked. */
+static void h3_owed_settle(struct h3_queue *q)
+{
+    for (uint32_t i = 0; i < q->nowed; i++) {
+        bool freed = false;
+        for (uint32_t k = 0; k < q->frees.n && !freed; k++)
+            freed = h3_spans_overlap(q->owed[i].out, (struct h3_span){q->frees.at[k].lo, q->frees.at[k].hi});
+        if (freed) {
+            atomic_fetch_add_explicit(&h3_owed_left_out, 1, memory_order_relaxed);
+        } else {
+            h3_engine_issue(&q->owed[i].d, 1);
+            atomic_fetch_add_explicit(&h3_owed_issued, 1, memory_order_relaxed);
+        }
+    }
+    q->nowed = 0;
+    q->frees.n = 0;
+    if (q->n == 0) {
+        q->used = 0;
+        h3_queue_hold(q, false);
+    }
+}
+
+bool h3_engine_owe(const struct h3_deferred *d, struct h3_span out)
+{
+    struct h3_queue *q = h3_thread.queue;
+    if (q == NULL || q->nowed == H3_OWED_MAX || d < q->calls || d >= q->calls + q->n || !h3_released_on()) {
+        h3_engine_issue(d, 1); /* nothing can tell whether the buffer is freed: written now */
+        atomic_fetch_add_explicit(&h3_owed_issued, 1, memory_order_relaxed);
+        return false;
+    }
+    q->owed[q->nowed++] = (struct h3_owed){*d, out};
+    return true;
 }
 
 /* Issues every queued call untouched, in order, and empties the queue. */
@@ -332,9 +392,12 @@ static void h3_queue_issue(struct h3_queue *q)
     h3_queue_clear(q);
 }
 
-/* Issues the queue untouched, counting why; records it on `c` if given. */
+/* Issues the queue untouched, counting why; records it on `c` if given.
+ * Owed writes go first: they were owed before anything now held was made. */
 static void h3_flush(struct h3_queue *q, enum h3_flush_why why, struct h3_call *c)
 {
+    if (q != NULL && q->nowed > 0)
+        h3_owed_settle(q);
     if (q == NULL || q->n == 0)
         return;
     atomic_fetch_add_explicit(&h3_flushes[why], 1, memory_order_relaxed);
@@ -478,7 +541,7 @@ static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_
             !h3_streams_order(atomic_load_explicit(&q->held_stream, memory_order_relaxed), c->stream))
             continue;
         pthread_mutex_lock(&q->lock);
-        if (q->n > 0 && h3_streams_order(q->stream, c->stream))
+        if ((q->n > 0 || q->nowed > 0) && h3_streams_order(q->stream, c->stream))
             h3_flush_in_context(q);
         pthread_mutex_unlock(&q->lock);
     }
@@ -496,7 +559,7 @@ void h3_engine_note_free(uint64_t lo, uint64_t hi)
     struct h3_queue *q = h3_thread.queue;
     if (q == NULL || !atomic_load_explicit(&q->holding, memory_order_relaxed) || pthread_mutex_trylock(&q->lock) != 0)
         return;
-    if (q->n > 0 && q->frees.n < H3_FREES_MAX)
+    if ((q->n > 0 || q->nowed > 0) && q->frees.n < H3_FREES_MAX)
         q->frees.at[q->frees.n++] = (__typeof__(q->frees.at[0])){lo, hi, q->n};
     pthread_mutex_unlock(&q->lock);
 }
@@ -541,8 +604,7 @@ static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
     if (q->n == 0) {
         q->frees.n = 0; /* frees before the group's first launch cannot be of its outputs */
         atomic_store_explicit(&q->held_stream, c->stream, memory_order_relaxed);
-        atomic_store_explicit(&q->holding, true, memory_order_relaxed);
-        atomic_fetch_add_explicit(&h3_hot.holding, 1, memory_order_relaxed);
+        h3_queue_hold(q, true);
         __typeof__(&cuCtxGetCurrent) get = H3_LIB_FN(CUDA, cuCtxGetCurrent);
         if (get == NULL || get(&q->ctx) != CUDA_SUCCESS)
             q->ctx = NULL;
@@ -726,6 +788,8 @@ static void h3_group_run_late(struct h3_queue *q, struct h3_call *c)
 /* The engine's decision on call `c` of this thread, whose queue `q` (if any) is locked. */
 static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
 {
+    if (q != NULL && q->nowed > 0)
+        h3_owed_settle(q);
     if (q != NULL && q->complete)
         h3_group_run_late(q, c);
     if (c->kind == H3_KIND_SYNC) {
@@ -852,6 +916,10 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...))
             if (!h3_groups[i].ranges[r].op->test_only)
                 h3_engine_print_plan(line, &h3_groups[i], &h3_groups[i].ranges[r]);
     line("skip_released: %s", h3_released_state());
+    unsigned long owed = atomic_load(&h3_owed_issued), owed_out = atomic_load(&h3_owed_left_out);
+    if (owed + owed_out != 0)
+        line("owed writes: %lu made into the program's buffers after the op (still referenced: autocast's "
+             "cast cache, autograd, a hook), %lu not made (their buffer freed first)", owed, owed_out);
     h3_ops_print_stats(line);
     if (h3_op_enabled(&h3_op_weight_cache))
         h3_wcache_print_stats(line);
@@ -896,6 +964,8 @@ void h3_engine_reset(void)
     }
     atomic_store(&h3_deferred_calls, 0);
     atomic_store(&h3_issue_errors, 0);
+    atomic_store(&h3_owed_issued, 0);
+    atomic_store(&h3_owed_left_out, 0);
     h3_ops_reset();
     h3_graphs_reset();
 }
@@ -910,6 +980,7 @@ void h3_engine_after_fork_child(void)
         if (q == NULL)
             break;
         pthread_mutex_init(&q->lock, NULL);
+        q->nowed = 0; /* the parent makes its own owed writes */
         h3_queue_clear(q);
         atomic_store(&q->in_use, q == h3_thread.queue); /* the other threads are not in the child */
     }

@@ -551,6 +551,15 @@ struct h3_deferred {
 /* Issues held-back launches through the entry points they were made to, in
  * order; returns how many failed. */
 unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n);
+/* For an anchored op's run: launch `d` of the group being run, which the op
+ * replaced, writes `out`, a buffer the program may still read (autocast's
+ * cast cache, autograd or a hook may keep it).  The write is owed: it is
+ * issued, as the program made it, at the thread's next observed call (or a
+ * flush) unless the allocator reported `out` freed first (released.c), and
+ * at once when that cannot be known.  Returns whether it was deferred. */
+#define H3_OWED_MAX 8
+struct h3_span;
+bool h3_engine_owe(const struct h3_deferred *d, struct h3_span out);
 
 /* (h3_hot.engine_on: matching on, H3SHIM_ENGINE on and an op enabled; set
  * by h3_engine_setup().) */

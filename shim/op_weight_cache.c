@@ -745,6 +745,16 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     h3_forward_end(t0);
     h3_wc_set_bias(lt->desc, orig);
     anchor->result = st;
+    /* PyTorch's own FP16 tensors are still written, as it made them, unless
+     * the allocator frees them first: autocast's cast cache keeps a leaf's
+     * cast for the whole autocast region (parameters that require grad, in
+     * no_grad as in grad mode), and autograd saves it for the backward. */
+    for (int i = 0; i < 2; i++) {
+        uint64_t out;
+        memcpy(&out, calls[cast[i]].argv[2], 8);
+        int32_t n = i == 0 ? x.n_w : x.n_b;
+        h3_engine_owe(&calls[cast[i]], (struct h3_span){out, out + 2 * (uint64_t)n});
+    }
     return NULL;
 }
 

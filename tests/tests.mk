@@ -108,10 +108,11 @@ $(B)/tests/h3-block1-%-replay.txt: tests/record/data/h3-block1-h200-torch2.11-%.
 ALIAS_REPLAYS += $(B)/tests/h3-block1-cuda1-replay.txt $(B)/tests/h3-block1-thread-replay.txt
 # The block stream with the frees PyTorch's caching allocator reports (F lines):
 # where the block's code makes them, moved before the groups that made the tensors, and
-# reported for a CPU device.
+# reported for a CPU device; and with the GEMMs' weight and bias casts freed after each GEMM.
 $(B)/tests/h3-block3-frees-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_frees.py
 	python3 tests/tools/replay_frees.py $* $< $@
-ALIAS_REPLAYS += $(B)/tests/h3-block3-frees-after.txt $(B)/tests/h3-block3-frees-before.txt $(B)/tests/h3-block3-frees-cpu.txt
+ALIAS_REPLAYS += $(B)/tests/h3-block3-frees-after.txt $(B)/tests/h3-block3-frees-before.txt $(B)/tests/h3-block3-frees-cpu.txt \
+                 $(B)/tests/h3-block3-frees-casts.txt
 
 check-asan: $(B)/asan/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig $(B)/tests/h3-block3-replay.txt \
   $(ALIAS_REPLAYS)

@@ -26,6 +26,11 @@ WHEN:
            owner: nothing may be left out
   cpu      each free where PyTorch makes it, but reported for a CPU device
            (as the CPU allocator's reports come): nothing may be left out
+  casts    as after, and each GEMM's FP16 weight and bias (autocast's casts
+           of the FP32 parameters) freed once the GEMM returns, as they are
+           when the parameters do not require grad (nothing caches them):
+           weight_cache need not make them.  Without this, the casts' outputs
+           stay referenced, as autocast's cast cache and autograd keep them.
 """
 import sys
 
@@ -82,6 +87,23 @@ def frees(lines):
     return out
 
 
+def cast_frees(lines):
+    """(GEMM line, address, bytes) of the weight and bias casts each GEMM reads (M lines: A at
+    field 10, the bias at 7), from the float16_copy launch that wrote each (N elements of FP16)."""
+    made = {}
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith("L ") and "float16_copy_kernel_cuda" in line:
+            made[ptr(line, 2)] = count(line) * 2
+        elif line.startswith("M "):
+            t = line.split(" ")
+            for field in (10, 7):
+                addr = int(t[field], 16)
+                if addr in made:
+                    out.append((i, addr, made[addr]))
+    return out
+
+
 def group_start(lines, i):
     while i > 0 and lines[i - 1].startswith("L "):
         i -= 1
@@ -90,17 +112,19 @@ def group_start(lines, i):
 
 def main():
     when, src, dst = sys.argv[1:4]
-    if when not in ("after", "before", "cpu"):
+    if when not in ("after", "before", "cpu", "casts"):
         sys.exit(__doc__)
     lines = [x for x in open(src).read().split("\n") if x]
     before, after = {}, {}
     for made, freed, addr, size in frees(lines):
-        if when == "after":
+        if when in ("after", "casts"):
             after.setdefault(freed, []).append(f"F {addr:#x} {size}")
         elif when == "cpu":
             after.setdefault(freed, []).append(f"F {addr:#x} {size} 0")
         else:
             before.setdefault(group_start(lines, made), []).append(f"F {addr:#x} {size}")
+    for gemm, addr, size in cast_frees(lines) if when == "casts" else ():
+        after.setdefault(gemm, []).append(f"F {addr:#x} {size}")
     out = []
     for i, line in enumerate(lines):
         out += before.get(i, []) + [line] + after.get(i, [])

@@ -25,6 +25,7 @@
 #define T_REPLAY_FREES "build/tests/h3-block3-frees-after.txt"
 #define T_REPLAY_FREES_BEFORE "build/tests/h3-block3-frees-before.txt"
 #define T_REPLAY_FREES_CPU "build/tests/h3-block3-frees-cpu.txt"
+#define T_REPLAY_FREES_CASTS "build/tests/h3-block3-frees-casts.txt"
 #define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
@@ -1509,9 +1510,14 @@ END_TEST
 
 START_TEST(weight_cache_casts_each_weight_once)
 {
+    /* As in inference mode: the casts' outputs are freed once each GEMM returns. */
+    t_run.replay = T_REPLAY_FREES_CASTS;
     char *base = replay_with("base", t_disabled, NULL);
     char *stats;
     char *log = replay_with("wc", t_wc, &stats);
+    t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "owed writes: 0 made into the program's buffers after the op") != NULL &&
+                      strstr(stats, "72 not made (their buffer freed first)") != NULL, "%s", tail_of(stats));
     /* 3 blocks x 4 GEMMs, each with a weight and a bias: 24 copies made in the
      * first pass and used in the two others; the block's own launches never
      * drop one. */
@@ -1559,6 +1565,77 @@ START_TEST(weight_cache_casts_each_weight_once)
     free(stats);
     free(log);
     free(base);
+}
+END_TEST
+
+static int t_strcmp_p(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The "exec" lines of `log`, sorted (a multiset to compare). */
+static char *execs_sorted(const char *log)
+{
+    char *only = lines_only(log, "exec ");
+    size_t n = count_lines_starting(only, "exec ");
+    char **v = calloc(n + 1, sizeof(*v));
+    size_t k = 0;
+    for (char *l = strtok(only, "\n"); l != NULL && k < n; l = strtok(NULL, "\n"))
+        v[k++] = l;
+    qsort(v, k, sizeof(*v), t_strcmp_p);
+    size_t len = 0;
+    for (size_t i = 0; i < k; i++)
+        len += strlen(v[i]) + 1;
+    char *out = calloc(len + 1, 1), *p = out;
+    for (size_t i = 0; i < k; i++)
+        p += sprintf(p, "%s\n", v[i]);
+    free(v);
+    free(only);
+    return out;
+}
+
+/* Whether every line of sorted multiset `a` is in sorted multiset `b`; the lines of b left over counted in *extra. */
+static bool lines_within(const char *a, const char *b, size_t *extra)
+{
+    *extra = 0;
+    while (*a != '\0') {
+        size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+        if (*b == '\0')
+            return false;
+        int c = strncmp(a, b, la > lb ? la : lb);
+        if (c == 0 && la == lb)
+            a += la + 1, b += lb + 1;
+        else if (c > 0)
+            b += lb + 1, ++*extra;
+        else
+            return false;
+    }
+    *extra += count_lines_starting(b, "exec ");
+    return true;
+}
+
+/* The casts' outputs stay referenced (autocast's cast cache keeps the FP16
+ * weight of a parameter that requires grad for the whole autocast region,
+ * under no_grad too, and autograd saves it): loop 0, the allocator reports
+ * the block's other frees but not those; loop 1, it reports nothing.  The
+ * GEMMs still read the copies, and every cast PyTorch made is still made
+ * into PyTorch's own buffer, as it made it: the program's kernels all
+ * execute, plus the 24 fills of the copies. */
+START_TEST(weight_cache_writes_the_casts_a_program_keeps)
+{
+    t_run.replay = _i == 0 ? T_REPLAY_FREES : NULL;
+    char *base = replay_with("base", t_disabled, NULL);
+    char *stats;
+    char *log = replay_with("wc-kept", t_wc, &stats);
+    t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "owed writes: 72 made into the program's buffers after the op") != NULL &&
+                      strstr(stats, " 0 not made") != NULL, "%s", tail_of(stats));
+    char *want = execs_sorted(base), *got = execs_sorted(log);
+    size_t extra = 0;
+    ck_assert_msg(lines_within(want, got, &extra), "a launch of the program is missing with the shim");
+    ck_assert_uint_eq(extra, 24);
+    free(want), free(got), free(stats), free(log), free(base);
 }
 END_TEST
 
@@ -1982,6 +2059,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, swiglu_never_loads_its_kernels_during_capture);
     tcase_add_test(ops, every_fallback_reason_is_reachable);
     tcase_add_test(ops, weight_cache_casts_each_weight_once);
+    tcase_add_loop_test(ops, weight_cache_writes_the_casts_a_program_keeps, 0, 2);
     tcase_add_test(ops, observation_paused_passes_every_call_through);
     tcase_add_test(ops, another_models_calls_are_forwarded_idle);
     tcase_add_test(ops, blocks_after_another_models_idle_calls_fuse);
