@@ -126,8 +126,10 @@ CUfunction h3_kernels_function(const char *name, const void *stream, const char 
         if (h3_kernels.fns[i].ctx == ctx &&
             (h3_kernels.fns[i].name == name || strcmp(h3_kernels.fns[i].name, name) == 0)) /* names are literals */
             fn = h3_kernels.fns[i].fn;
-    if (fn == NULL && h3_stream_capturing(stream)) {
-        *why = "capturing_first_use";
+    /* Loading a module during a capture in global mode, on any thread,
+     * would invalidate that capture. */
+    if (fn == NULL && !h3_captures_none()) {
+        *why = h3_stream_capturing(stream) ? "capturing_first_use" : "capture_open_elsewhere";
     } else if (fn == NULL) {
         CUmodule mod = h3_module_of(ctx, why);
         __typeof__(&cuModuleGetFunction) get = H3_LIB_FN(CUDA, cuModuleGetFunction);

@@ -57,7 +57,8 @@ struct h3_wc_entry {
     /* With graphs (h3_hot.graphs_on) only: */
     struct h3_wc_recipe recipe; /* handle NULL until the first fill (a valid copy has one) */
     const void *fill_stream; /* where the last fill was issued */
-    CUevent event;           /* recorded after it (NULL: none could be made) */
+    CUevent event;           /* made with the entry (NULL: none could be made) */
+    bool recorded;           /* the event was recorded after the last fill */
     bool fill_done;          /* the last fill was seen complete: no stream need wait for it */
 };
 
@@ -258,12 +259,8 @@ static void h3_wc_filled_on(struct h3_wc_entry *e, const void *stream)
     e->fill_done = false;
     if (!h3_hot.graphs_on)
         return;
-    __typeof__(&cuEventCreate) create = H3_LIB_FN(CUDA, cuEventCreate);
     __typeof__(&cuEventRecord) record = H3_LIB_FN(CUDA, cuEventRecord);
-    if (e->event == NULL && (create == NULL || create(&e->event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS))
-        e->event = NULL;
-    if (e->event != NULL && (record == NULL || record(e->event, (CUstream)(uintptr_t)stream) != CUDA_SUCCESS))
-        e->event = NULL; /* cannot be waited for: h3_wc_ready synchronises instead */
+    e->recorded = e->event != NULL && record != NULL && record(e->event, (CUstream)(uintptr_t)stream) == CUDA_SUCCESS;
 }
 
 /* Makes work on `stream` wait for e's last fill when that was on another
@@ -272,21 +269,27 @@ static void h3_wc_filled_on(struct h3_wc_entry *e, const void *stream)
  * make 288 stream waits at every launch.  The event is asked only while no
  * capture is open (another thread's capture in global mode forbids the
  * question and would be invalidated by it).  Locked. */
+static void h3_wc_issue_recipe(struct h3_wc_entry *e, const void *stream);
+
 static void h3_wc_ready(struct h3_wc_entry *e, const void *stream)
 {
     if (!h3_hot.graphs_on || e->fill_stream == stream || e->fill_done)
         return;
     __typeof__(&cuEventQuery) query = H3_LIB_FN(CUDA, cuEventQuery);
-    if (e->event != NULL && query != NULL && h3_captures_none() && query(e->event) == CUDA_SUCCESS) {
+    if (e->recorded && query != NULL && h3_captures_none() && query(e->event) == CUDA_SUCCESS) {
         e->fill_done = true;
         return;
     }
     __typeof__(&cuStreamWaitEvent) wait = H3_LIB_FN(CUDA, cuStreamWaitEvent);
     __typeof__(&cuStreamSynchronize) sync = H3_LIB_FN(CUDA, cuStreamSynchronize);
-    if (e->event == NULL || wait == NULL || wait((CUstream)(uintptr_t)stream, e->event, 0) != CUDA_SUCCESS) {
-        if (sync != NULL && sync((CUstream)(uintptr_t)e->fill_stream) == CUDA_SUCCESS)
-            e->fill_done = true;
-    }
+    if (e->recorded && wait != NULL && wait((CUstream)(uintptr_t)stream, e->event, 0) == CUDA_SUCCESS)
+        return;
+    /* No event to wait for: synchronise, unless a capture is open somewhere
+     * (that would invalidate it); then fill the copy again on this stream. */
+    if (h3_captures_none() && sync != NULL && sync((CUstream)(uintptr_t)e->fill_stream) == CUDA_SUCCESS)
+        e->fill_done = true;
+    else if (e->recipe.handle != NULL)
+        h3_wc_issue_recipe(e, stream);
 }
 
 /* Issues e's recipe on `stream`: the cast with its output moved to e's copy. Locked. */
@@ -542,6 +545,12 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
 static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void *stream, const char **why)
 {
     size_t bytes = 2 * n;
+    /* Allocating, asking for free memory or making an event while a capture
+     * is open in global mode, on any thread, would invalidate it. */
+    if (!h3_captures_none()) {
+        *why = "capture_open_elsewhere";
+        return NULL;
+    }
     if (h3_wc.n == H3_WC_MAX || h3_wc.bytes + bytes > (size_t)h3_config.weight_cache_max_mb << 20) {
         H3_WARN_ONCE(H3_SUB_ENGINE, "weight_cache: the copies reached H3SHIM_WEIGHT_CACHE_MAX_MB=%ld; the GEMMs "
                                     "of weights beyond it cast them on every call, as without the shim",
@@ -565,8 +574,12 @@ static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void 
         *why = "no_memory";
         return NULL;
     }
+    CUevent event = NULL;
+    __typeof__(&cuEventCreate) create = H3_LIB_FN(CUDA, cuEventCreate);
+    if (h3_hot.graphs_on && (create == NULL || create(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS))
+        event = NULL; /* a read on another stream then synchronises, or fills again */
     h3_wc.bytes += bytes;
-    h3_wc.e[h3_wc.n] = (struct h3_wc_entry){.src = src, .n = n, .stream = stream, .dst = dst};
+    h3_wc.e[h3_wc.n] = (struct h3_wc_entry){.src = src, .n = n, .stream = stream, .dst = dst, .event = event};
     h3_wc_pages_add(src, 4 * n);
     unsigned p = h3_wc.n;
     while (p > 0 && h3_wc.e[h3_wc.order[p - 1]].src > src) {

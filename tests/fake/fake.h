@@ -66,8 +66,11 @@ void fakelog_reset_results(void);
 uint64_t fake_capture_begin(uintptr_t stream);
 /* 1 and the capture's id when `stream` is capturing, else 0. */
 int fake_capture_status(uintptr_t stream, uint64_t *id);
-/* 1 and the graph's handle when `stream` was capturing (the capture ends), else 0. */
+/* 1 and the graph's handle when `stream` was capturing (the capture ends),
+ * 2 when that capture was invalidated (fake_capture_unsafe), else 0. */
 int fake_capture_end(uintptr_t stream, uintptr_t *graph);
+/* Call `fn` was made: if CUDA forbids it during a capture, every capture open is invalidated. */
+void fake_capture_unsafe(const char *fn);
 uintptr_t fake_capture_graph(uint64_t id);
 uintptr_t fake_exec_new(void);
 

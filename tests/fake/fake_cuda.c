@@ -80,6 +80,7 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
 /* Device memory is host memory; allocations' extents are not known. */
 FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
 {
+    fake_capture_unsafe("cuMemAlloc_v2");
     void *m = malloc(bytes > 0 ? bytes : 1);
     if (m == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -90,6 +91,7 @@ FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
 /* 141 GiB of device memory, FAKE_MEM_FREE_MB of it free (default: all). */
 FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
 {
+    fake_capture_unsafe("cuMemGetInfo_v2");
     const char *f = getenv("FAKE_MEM_FREE_MB");
     *total_b = (size_t)141 << 30;
     *free_b = f != NULL ? (size_t)strtoull(f, NULL, 10) << 20 : *total_b;
@@ -266,6 +268,7 @@ FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *stat
 FAKE_EXPORT CUresult cuEventCreate(CUevent *ev, unsigned int flags)
 {
     static atomic_ulong n;
+    fake_capture_unsafe("cuEventCreate");
     *ev = (CUevent)(uintptr_t)(0xe0000 + 16 * atomic_fetch_add(&n, 1));
     uint64_t words[2] = {(uint64_t)(uintptr_t)*ev, flags};
     fakelog_call("cuda", "cuEventCreate", 2, words, 0);
@@ -277,6 +280,7 @@ FAKE_EXPORT CUresult cuEventQuery(CUevent ev)
 {
     uint64_t words[1] = {(uint64_t)(uintptr_t)ev};
     fakelog_call("cuda", "cuEventQuery", 1, words, 0);
+    fake_capture_unsafe("cuEventQuery");
     return getenv("FAKE_EVENTS_PENDING") != NULL ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
@@ -312,6 +316,7 @@ FAKE_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus
 
 FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
 {
+    fake_capture_unsafe("cuModuleLoadData");
     if (getenv("FAKE_MODULE_FAIL") != NULL || image == NULL)
         return CUDA_ERROR_INVALID_IMAGE;
     static const size_t sizes[7] = {8, 8, 8, 8, 8, 8, 8};
@@ -362,6 +367,7 @@ static const struct {
 
 static long long fake_behave(const char *fn, void **argp)
 {
+    fake_capture_unsafe(fn);
     if (strncmp(fn, "cuGetProcAddress", 16) == 0) {
         const char *symbol = *(const char **)argp[0];
         void **pfn = *(void ***)argp[1];
@@ -386,9 +392,10 @@ static long long fake_behave(const char *fn, void **argp)
     }
     if (strncmp(fn, "cuStreamEndCapture", 18) == 0) {
         uintptr_t graph;
-        if (fake_capture_end((uintptr_t) * (CUstream *)argp[0], &graph))
+        int ended = fake_capture_end((uintptr_t) * (CUstream *)argp[0], &graph);
+        if (ended)
             **(CUgraph **)argp[1] = (CUgraph)graph;
-        return CUDA_SUCCESS;
+        return ended == 2 ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
     }
     if (strncmp(fn, "cuGraphInstantiate", 18) == 0) {
         **(CUgraphExec **)argp[0] = (CUgraphExec)fake_exec_new();

@@ -104,6 +104,7 @@ static cudaError_t launch_exc(const cudaLaunchConfig_t *c, const void *func, voi
 
 static long long fake_behave(const char *fn, void **argp)
 {
+    fake_capture_unsafe(fn);
     int ptsz = strstr(fn, "_ptsz") != NULL;
     if (strncmp(fn, "__cudaLaunchKernel", 18) == 0)
         return launch(*(cudaKernel_t *)argp[0], *(dim3 *)argp[1], *(dim3 *)argp[2], *(void ***)argp[3],
@@ -123,9 +124,11 @@ static long long fake_behave(const char *fn, void **argp)
     }
     if (strncmp(fn, "cudaStreamEndCapture", 20) == 0) {
         uintptr_t graph;
-        if (fake_capture_end((uintptr_t) * (cudaStream_t *)argp[0], &graph))
+        int ended = fake_capture_end((uintptr_t) * (cudaStream_t *)argp[0], &graph);
+        if (ended)
             **(cudaGraph_t **)argp[1] = (cudaGraph_t)graph;
-        return cudaSuccess; /* (not capturing: as the tests of forwarding call it) */
+        /* (not capturing: success, as the tests of forwarding call it) */
+        return ended == 2 ? cudaErrorStreamCaptureInvalidated : cudaSuccess;
     }
     if (strncmp(fn, "cudaGraphInstantiate", 20) == 0) {
         **(cudaGraphExec_t **)argp[0] = (cudaGraphExec_t)fake_exec_new();

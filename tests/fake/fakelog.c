@@ -169,6 +169,7 @@ static pthread_mutex_t fake_capture_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     uintptr_t stream;
     uint64_t id;
+    bool invalidated; /* a potentially unsafe call was made while it was open */
 } fake_captures[8];
 static uint64_t fake_capture_ids, fake_execs;
 
@@ -213,13 +214,42 @@ FAKE_EXPORT int fake_capture_status(uintptr_t stream, uint64_t *id)
 FAKE_EXPORT int fake_capture_end(uintptr_t stream, uintptr_t *graph)
 {
     pthread_mutex_lock(&fake_capture_lock);
-    int i = fake_capture_slot(stream);
+    int i = fake_capture_slot(stream), r = 0;
     if (i >= 0) {
         *graph = fake_capture_graph(fake_captures[i].id);
         fake_captures[i].id = 0;
+        r = fake_captures[i].invalidated ? 2 : 1;
+        fake_captures[i].invalidated = false;
     }
     pthread_mutex_unlock(&fake_capture_lock);
-    return i >= 0;
+    return r;
+}
+
+/* The calls CUDA calls potentially unsafe during a capture in global mode,
+ * from any thread: memory allocation and queries, event creation and
+ * queries, synchronisation, module loading.  Each one made while a capture
+ * is open invalidates it (its end then fails), as the real driver does. */
+FAKE_EXPORT void fake_capture_unsafe(const char *fn)
+{
+    static const char *const unsafe[] = {
+        "cuMemAlloc_v2", "cuMemGetInfo_v2", "cuEventCreate", "cuEventQuery", "cuStreamSynchronize",
+        "cuCtxSynchronize", "cuModuleLoadData", "cuMemFree_v2", "cudaDeviceSynchronize", "cudaStreamSynchronize",
+        "cudaFree", "cudaEventSynchronize", "cuEventSynchronize",
+    };
+    bool listed = false;
+    for (size_t k = 0; k < sizeof(unsafe) / sizeof(unsafe[0]) && !listed; k++)
+        listed = strncmp(fn, unsafe[k], strlen(unsafe[k])) == 0 &&
+                 (fn[strlen(unsafe[k])] == '\0' || strcmp(fn + strlen(unsafe[k]), "_ptsz") == 0);
+    if (!listed)
+        return;
+    pthread_mutex_lock(&fake_capture_lock);
+    for (int i = 0; i < 8; i++)
+        if (fake_captures[i].id != 0 && !fake_captures[i].invalidated) {
+            fake_captures[i].invalidated = true;
+            uint64_t words[1] = {fake_captures[i].stream};
+            fakelog_call("fake", "capture_invalidated", 1, words, 0);
+        }
+    pthread_mutex_unlock(&fake_capture_lock);
 }
 
 FAKE_EXPORT uintptr_t fake_exec_new(void)

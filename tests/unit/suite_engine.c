@@ -43,6 +43,8 @@ static struct {
     bool end_capture_then_replay; /* then a capture's end on a stream, and the replay again */
     bool paused_first; /* the replay once with observation paused (h3shim_pause), then as usual */
     const char *replay_before; /* a replay file (relative to the repository) replayed once before it */
+    bool capture_elsewhere; /* a capture (global mode) open on stream 0x3000 of this thread while the
+                               replay runs on another thread, ended after it */
 } t_run;
 
 /* One line per executed call: launches as their "exec" entry, library calls
@@ -107,6 +109,12 @@ static void replay_child(void)
         if (pause == NULL || pause(1) != 0 || replay_thread(&t_run.opts) != NULL || pause(0) != 0)
             exit(8);
     }
+    if (t_run.capture_elsewhere) {
+        cudaError_t (*begin)(cudaStream_t, enum cudaStreamCaptureMode) =
+            (cudaError_t (*)(cudaStream_t, enum cudaStreamCaptureMode))dlsym(RTLD_DEFAULT, "cudaStreamBeginCapture");
+        if (begin == NULL || begin((cudaStream_t)0x3000, cudaStreamCaptureModeGlobal) != cudaSuccess)
+            exit(10);
+    }
     if (t_run.threads == 0) {
         if (replay_thread(&t_run.opts) != NULL)
             exit(4);
@@ -129,6 +137,15 @@ static void replay_child(void)
             if (r != NULL)
                 exit(4);
         }
+    }
+    if (t_run.capture_elsewhere) {
+        cudaError_t (*end)(cudaStream_t, cudaGraph_t *) =
+            (cudaError_t (*)(cudaStream_t, cudaGraph_t *))dlsym(RTLD_DEFAULT, "cudaStreamEndCapture");
+        cudaGraph_t g = NULL;
+        if (end == NULL)
+            exit(11);
+        if (end((cudaStream_t)0x3000, &g) != cudaSuccess)
+            exit(12); /* the capture was invalidated */
     }
     if (t_run.graph.launches > 0) {
         fw_graph_fn *fn = (fw_graph_fn *)dlsym(t_load("libh3fakeframework.so", RTLD_NOW | RTLD_LOCAL), "fw_graph");
@@ -1948,6 +1965,43 @@ START_TEST(capture_status_is_asked_only_while_a_capture_is_open)
 }
 END_TEST
 
+/* Another thread captures a CUDA graph in global mode (torch.cuda.graph's
+ * default) while this one decodes: nothing the shim does may invalidate it
+ * (allocate, ask for free memory, make or ask an event, load a module,
+ * synchronise).  Loop 0: no copy made yet, so weight_cache and the fused
+ * ops, whose kernels are not loaded, fall back; loop 1: the copies were made
+ * before the capture began (a replay before it) and are used.  Either way
+ * the capture ends well (the child exits 12 if not) and every kernel of the
+ * program runs. */
+START_TEST(another_threads_capture_is_never_invalidated)
+{
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    if (_i == 1)
+        t_run.replay_before = T_REPLAY_FREES_CASTS;
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    t_run.capture_elsewhere = true;
+    t_run.threads = 1;
+    char *base = replay_with("elsewhere-base", t_disabled, NULL);
+    char *stats;
+    char *log = replay_with("elsewhere", env, &stats);
+    t_run.capture_elsewhere = false;
+    t_run.threads = 0;
+    t_run.replay = NULL;
+    t_run.replay_before = NULL;
+    ck_assert_msg(strstr(log, "capture_invalidated") == NULL, "the shim invalidated another thread's capture");
+    ck_assert_msg(strstr(log, "cudaStreamEndCapture 3000 ") != NULL, "%s", tail_of(log));
+    if (_i == 0) {
+        ck_assert_msg(strstr(stats, "capture_open_elsewhere") != NULL, "%s", tail_of(stats));
+        char *want = execs_sorted(base), *got = execs_sorted(log);
+        ck_assert_str_eq(got, want);
+        free(want), free(got);
+    } else {
+        ck_assert_msg(strstr(stats, "weight_cache: 24 copies") != NULL, "%s", tail_of(stats));
+    }
+    free(stats), free(log), free(base);
+}
+END_TEST
+
 /* A capture whose beginning the shim did not see (FAKE_CAPTURING=unseen:
  * every stream reports one, none was begun through an interposed entry
  * point) cannot be told from none: weight_cache runs.  The end of such a
@@ -2079,6 +2133,7 @@ Suite *t_suite_engine(void)
     tcase_add_loop_test(ops, weight_cache_in_a_graph_refills_what_was_dropped, 0, 2);
     tcase_add_loop_test(ops, capture_status_is_asked_only_while_a_capture_is_open, 0, 3);
     tcase_add_test(ops, a_capture_ended_unseen_makes_the_shim_ask_again);
+    tcase_add_loop_test(ops, another_threads_capture_is_never_invalidated, 0, 2);
     tcase_add_test(ops, weight_cache_in_a_graph_that_writes_a_weight);
     tcase_add_test(ops, weight_cache_graph_mode_follows_its_validation);
     tcase_add_test(ops, weight_cache_lets_go_of_its_copies_when_the_device_is_reset);
