@@ -6,8 +6,17 @@ block line by line and must not be "optimised". Every tensor operation in
 Block.forward is one of the 42 calls DESIGN.md lists (4 cublasLtMatmul,
 1 cudnnBackendExecute, 37 kernel launches); the comments give the call numbers.
 
-Parameters are FP32 and never require grad; a decode runs under
-torch.inference_mode() and torch.autocast(device, dtype=torch.float16). The
+Parameters are FP32. A decode runs in one of two modes (MODES, decode_context):
+"serving", as the H3 serving pipeline runs it (vLLM-Omni's
+MiniMaxH3Pipeline.forward): under torch.no_grad(), one
+torch.autocast(device, dtype=torch.float16) region per request with
+autocast's cast cache on (its default), the parameters left as loaded
+(requires_grad=True, nn.Module's default), so a request casts each weight to
+FP16 once and its later tiles reuse the cached casts; and "inference", this
+project's earlier way: torch.inference_mode() and the same autocast, the
+parameters requires_grad_(False) (autocast caches no cast then, so every ViT
+call casts every weight again). build_model's requires_grad picks the
+parameters' flag; library functions default to "inference". The
 residual stream h is FP32. On the CPU (development only) autocast uses float16
 as well, which needs a PyTorch with CPU float16 autocast (2.4 or later); CPU
 results are not comparable with GPU results.
@@ -43,6 +52,7 @@ count); they are scaled so that 36 blocks keep every FP16 activation far
 below 65504 (check with serve.py --activation-stats).
 """
 
+import contextlib
 import hashlib
 import json
 import math
@@ -71,6 +81,7 @@ EPS = 1e-5
 OUT_CHANNELS = 3
 PATCH_OUT = OUT_CHANNELS * FRAMES_PER_LATENT * PIXELS_PER_LATENT * PIXELS_PER_LATENT
 HALF = torch.float16
+MODES = ("serving", "inference")
 
 
 class CheckpointError(Exception):
@@ -367,8 +378,12 @@ def load_checkpoint(model, location, log=sys.stderr):
             param.copy_(reader.get(name).to(torch.float32))
 
 
-def build_model(blocks, seed, device, weights=None):
-    """Builds the decoder with synthetic weights from `seed`, or from the checkpoint `weights`."""
+def build_model(blocks, seed, device, weights=None, requires_grad=False):
+    """Builds the decoder with synthetic weights from `seed`, or from the checkpoint `weights`.
+
+    requires_grad=False (inference mode) turns the parameters' requires_grad off;
+    requires_grad=True (serving mode) leaves them as nn.Module makes them (on), which
+    is what lets autocast cache its FP16 casts of them."""
     with torch.device("meta"):
         model = H3VAEDecoder(blocks)
     model = model.to_empty(device=device)
@@ -379,7 +394,9 @@ def build_model(blocks, seed, device, weights=None):
         with torch.no_grad():
             for name, param in model.named_parameters():
                 param.copy_(synthetic_value(name, tuple(param.shape), seed, device))
-    return model.requires_grad_(False).eval()
+    if not requires_grad:
+        model.requires_grad_(False)
+    return model.eval()
 
 
 def autocast(device):
@@ -387,17 +404,54 @@ def autocast(device):
     return torch.autocast(device.type, dtype=HALF)
 
 
+@contextlib.contextmanager
+def decode_context(mode, device):
+    """The grad mode and autocast region a decode runs in: "inference",
+    torch.inference_mode() and autocast(device); "serving", torch.no_grad() and
+    autocast(device) with its cast cache on (the default), entered once per request
+    (autocast drops its cached casts when the outermost region exits)."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {MODES}")
+    with (torch.inference_mode() if mode == "inference" else torch.no_grad()), autocast(device):
+        yield
+
+
+def uncached_casts():
+    """A nested CUDA autocast region like the current one with autocast's cast cache
+    off (nothing outside an autocast region). The cache is the outermost region's;
+    nesting neither clears it nor exits the outer region (torch.autocast clears the
+    cache only when the nesting count returns to 0)."""
+    if not torch.is_autocast_enabled("cuda"):
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
+
+
 class TiledDecoder:
     """Decodes whole latents with the tiling of an h3_tiling.Plan, eagerly or by CUDA-graph replay.
 
-    Call inside torch.inference_mode() and autocast(device). With cuda_graphs,
-    each distinct tile shape is captured once (static input and output
-    buffers) and every ViT call of that shape is a copy into the static input
-    plus a replay; blending runs eagerly in FP32 either way.
+    Call inside decode_context(mode, device) (in serving mode one per request).
+    With cuda_graphs, each distinct tile shape is captured once (static input
+    and output buffers) and every ViT call of that shape is a copy into the
+    static input plus a replay; blending runs eagerly in FP32 either way. In
+    serving mode the captures run with autocast's cast cache off (capture's
+    cast_cache): a graph lives across requests, and the cached casts of the
+    request it was captured in do not. With tile_batch N > 1, the tiles of a
+    temporal chunk go through the ViT N at a time, concatenated along the
+    batch dimension (the chunk's last call may take fewer); the blending is
+    the same, but the ViT's GEMMs run at N times the rows, where cuBLAS may
+    choose kernels that round otherwise, so the output's bits are not
+    guaranteed to be tile_batch 1's (compare hashes only between decodes of
+    the same tile_batch), and the H3 block signature (recorded at batch 1)
+    does not match those calls.
     """
 
-    def __init__(self, model, plan, device, cuda_graphs=False):
+    def __init__(self, model, plan, device, cuda_graphs=False, mode="inference", tile_batch=1):
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r} is not one of {MODES}")
+        if tile_batch < 1:
+            raise ValueError("tile_batch must be >= 1")
         self.model, self.plan, self.device, self.cuda_graphs = model, plan, device, cuda_graphs
+        self.mode, self.tile_batch = mode, tile_batch
         b, _, _, th, tw = plan.tile_shape
         p = PIXELS_PER_LATENT
         rows = [torch.tensor(ramp(r, th, list(plan.rows))) for r in plan.rows]
@@ -412,6 +466,7 @@ class TiledDecoder:
         fade = (torch.arange(BLEND_FRAMES, dtype=torch.float32) + 1) / (BLEND_FRAMES + 1)
         self.fade_in = fade.reshape(1, 1, -1, 1, 1).to(device)
         self.fade_out = (1 - fade).reshape(1, 1, -1, 1, 1).to(device)
+        self.groups = [self.tiles[i:i + tile_batch] for i in range(0, len(self.tiles), tile_batch)]
         self.graphs = {}
         self.vit_calls = 0
 
@@ -430,7 +485,7 @@ class TiledDecoder:
 
     def _capture(self, tile):
         static_in = tile.clone(memory_format=torch.contiguous_format)
-        graph, static_out = capture(lambda: self.model(static_in), warmups=2)
+        graph, static_out = capture(lambda: self.model(static_in), warmups=2, cast_cache=self.mode != "serving")
         return graph, static_in, static_out
 
     def __call__(self, latent):
@@ -440,9 +495,15 @@ class TiledDecoder:
         prev = None
         for k, t0 in enumerate(plan.chunks):
             chunk = torch.zeros(b, OUT_CHANNELS, CHUNK_OUT_FRAMES, plan.height, plan.width, device=self.device)
-            for r, c, weight in self.tiles:
-                pixels = self.vit(latent[:, :, t0:t0 + CHUNK_FRAMES, r:r + th, c:c + tw])
-                chunk[:, :, :, r * p:(r + th) * p, c * p:(c + tw) * p] += pixels * weight
+            for group in self.groups:
+                if len(group) == 1:
+                    r, c, _ = group[0]
+                    outs = [self.vit(latent[:, :, t0:t0 + CHUNK_FRAMES, r:r + th, c:c + tw])]
+                else:  # --tile-batch: one ViT call of len(group) tiles; its output's slices used before the next
+                    outs = self.vit(torch.cat([latent[:, :, t0:t0 + CHUNK_FRAMES, r:r + th, c:c + tw]
+                                               for r, c, _ in group])).split(b)
+                for (r, c, weight), pixels in zip(group, outs):
+                    chunk[:, :, :, r * p:(r + th) * p, c * p:(c + tw) * p] += pixels * weight
             chunk /= self.wsum
             if prev is not None:
                 chunk[:, :, :BLEND_FRAMES] = (prev[:, :, KEEP_FRAMES:KEEP_FRAMES + BLEND_FRAMES] * self.fade_out
@@ -483,20 +544,34 @@ def block_inputs(model, tokens_grid, device, seed):
     return h, cos, sin
 
 
-def capture(fn, times=1, warmups=1):
+def capture(fn, times=1, warmups=1, cast_cache=True):
     """A CUDA graph of `times` calls of fn(), after `warmups` calls on a side
     stream (PyTorch's usual warm-up, so that nothing is loaded during the
-    capture); returns the graph and what the last captured call returned."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmups):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(times):
-            out = fn()
+    capture); returns the graph and what the last captured call returned.
+
+    cast_cache=False runs the warm-ups and the capture inside uncached_casts(),
+    autocast's cast cache off: every weight cast is made, and captured, by the
+    call itself. Needed in serving mode's autocast region (cache on, parameters
+    requiring grad): PyTorch does not turn the cache off for a capture
+    (torch.cuda.graph and CUDAGraph.capture_begin leave autocast alone; only
+    make_graphed_callables refuses an enabled cache), so the warm-ups would
+    cache the FP16 casts in ordinary memory and the graph would read those
+    tensors without casting, and the region's exit frees them (autocast clears
+    its cache when the outermost region exits): the graph's next replay in a
+    later region would read memory the allocator has given to something else.
+    In inference mode the cache is never used (the parameters do not require
+    grad), so cast_cache changes nothing there."""
+    with (contextlib.nullcontext() if cast_cache else uncached_casts()):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmups):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(times):
+                out = fn()
     return graph, out
 
 
@@ -513,7 +588,7 @@ def event_ms(fn, reps, per=1):
     return median(times)
 
 
-def profile_block(model, device, reps=50, run_len=10, seed=0):
+def profile_block(model, device, reps=50, run_len=10, seed=0, mode="inference"):
     """Times block 0 at 1797 tokens (a 7x16x16 tile); returns a dict of ms per block.
 
     eager_ms: median over `reps` of (CUDA-event span of `run_len` back-to-back
@@ -521,6 +596,13 @@ def profile_block(model, device, reps=50, run_len=10, seed=0):
     graph_ms: the same for replays of one captured block (GPU time only;
     DESIGN.md: 0.93 ms). host_ms: median host time to enqueue one block.
     On the CPU only eager_ms (wall time) is measured.
+
+    Every call runs in one decode_context(mode, device). In serving mode (the
+    model built with requires_grad=True) the first warm-up call casts the
+    weights and autocast caches the casts, so the timed eager calls cast no
+    weight, as a request's later tiles; the graph is captured with the cache
+    off (capture's cast_cache), as the --cuda-graphs decode captures, so its
+    replays cast every weight.
 
     Each block's output is kept until the next block's has been made, as in
     the decode (where it is the next block's input): a block whose output
@@ -534,7 +616,7 @@ def profile_block(model, device, reps=50, run_len=10, seed=0):
     def run():
         held[0] = block(h, cos, sin)
 
-    with torch.inference_mode(), autocast(device):
+    with decode_context(mode, device):
         for _ in range(5):
             run()
         sync(device)
@@ -558,7 +640,7 @@ def profile_block(model, device, reps=50, run_len=10, seed=0):
             end.synchronize()
             eager.append(start.elapsed_time(end) / run_len)
         result["eager_ms"], result["host_ms"] = median(eager), median(host)
-        graph, _ = capture(run)
+        graph, _ = capture(run, cast_cache=mode != "serving")
         graph.replay()
 
         def replays():
@@ -628,15 +710,16 @@ def kernel_table(run_block, device, reps=20, per=1):
             "gap_ms": sum(gap_before.values()), "gap_ms_before_kernel": [[n[:160], ms] for n, ms in gaps]}
 
 
-def profile_vit(model, device, reps=20, seed=0):
+def profile_vit(model, device, reps=20, seed=0, mode="inference"):
     """One ViT call at 1797 tokens (a [1,24,7,16,16] tile) captured in a CUDA
-    graph as the --cuda-graphs decode captures it, then replayed: the median
+    graph as the --cuda-graphs decode captures it (in decode_context(mode); in
+    serving mode with the cast cache off), then replayed: the median
     CUDA-event time of a replay, per call and per block, and the kernel table
     of the replays (kernels' GPU time and the idle gaps between them, per block)."""
     blocks = len(model.decoder.blocks)
     tile = make_latent((1, LATENT_CHANNELS, 7, 16, 16), seed, device)
-    with torch.inference_mode(), autocast(device):
-        graph, _ = capture(lambda: model(tile), warmups=2)
+    with decode_context(mode, device):
+        graph, _ = capture(lambda: model(tile), warmups=2, cast_cache=mode != "serving")
         graph.replay()
         ms = event_ms(graph.replay, reps)
         result = {"tokens": 7 * 16 * 16 + EXTRA_TOKENS, "blocks": blocks, "reps": reps,
@@ -683,16 +766,19 @@ def gpu_state_during(fn, device, seconds=3.0):
             "clock_event_reasons": hex(reasons)}
 
 
-def dispatch_floor(model, device, reps=20, seed=0):
+def dispatch_floor(model, device, reps=20, seed=0, mode="inference"):
     """Wall time per block of the whole block stack at 6 tokens (a 1x1x1 latent tile).
 
     At this size the GPU waits on the host, so the figure is PyTorch's (plus
-    any interposer's) host dispatch cost per block. Returns a dict.
+    any interposer's) host dispatch cost per block. All calls run in one
+    decode_context(mode, device): in serving mode the three untimed calls
+    cast the weights once and the timed ones use autocast's cached casts.
+    Returns a dict.
     """
     h, cos, sin = block_inputs(model, (1, 1, 1), device, seed)
     blocks = len(model.decoder.blocks)
     times = []
-    with torch.inference_mode(), autocast(device):
+    with decode_context(mode, device):
         for i in range(reps + 3):
             sync(device)
             t0 = time.perf_counter()
@@ -704,7 +790,7 @@ def dispatch_floor(model, device, reps=20, seed=0):
             "samples_ms_per_block": times}
 
 
-def activation_stats(model, decoder, latent):
+def activation_stats(model, decoder, latent, mode="inference"):
     """Decodes `latent` once with hooks and returns max |value| per kind of activation.
 
     Kinds: the input and output of every Linear and of post_quant_conv (by
@@ -729,7 +815,7 @@ def activation_stats(model, decoder, latent):
         elif isinstance(module, Block):
             hooks.append(module.register_forward_hook(lambda _m, _a, out, kind=kind: record(kind + ":out", out)))
     try:
-        with torch.inference_mode(), autocast(latent.device):
+        with decode_context(mode, latent.device):
             decoder(latent)
     finally:
         for h in hooks:

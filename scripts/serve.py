@@ -10,13 +10,34 @@ summary, and the SHA-256 of each request's FP32 output bytes and of its uint8
 frames; run it under LD_PRELOAD=libh3shim.so to put the shim in the path.
 
   serve.py --latent 1,24,17,32,48 --requests 3            decode three requests
-           [--seed S] [--same-latent] [--blocks K] [--warmup W]
-           [--cuda-graphs] [--weights DIR] [--out FILE.pt] [--json] [--trace-mark]
+           [--mode serving|inference] [--seed S] [--same-latent] [--blocks K] [--warmup W]
+           [--cuda-graphs] [--tile-batch N] [--weights DIR] [--out FILE.pt] [--json] [--trace-mark]
   serve.py --latent 1,24,37,32,48 --vit-calls-only         print the tiling plan only (no PyTorch needed)
-  serve.py --profile-block                                 ms per block at 1797 tokens (DESIGN.md: 0.99 ms)
-  serve.py --floor [--blocks K]                            host dispatch floor: ms per block at 6 tokens
+  serve.py --profile-block [--mode M]                      ms per block at 1797 tokens (DESIGN.md: 0.99 ms)
+  serve.py --profile-vit [--mode M]                        one ViT call's CUDA-graph replay, per kernel and gap
+  serve.py --floor [--blocks K] [--mode M]                 host dispatch floor: ms per block at 6 tokens
   serve.py --activation-stats --latent ...                 max |activation| per kind (FP16 headroom)
   serve.py --write-weights DIR [--blocks K]                write the synthetic weights as a safetensors checkpoint
+
+--mode (h3_vae.decode_context) says how a decode runs. serving (the default)
+is the H3 serving pipeline's way (vLLM-Omni MiniMaxH3Pipeline.forward): each
+request under torch.no_grad() in one torch.autocast("cuda", float16) region
+(its cast cache on, so a request casts each weight once and its later ViT
+calls reuse the cached casts), the parameters left requiring grad as
+nn.Module makes them. inference is this project's earlier way: every request
+in one torch.inference_mode() + autocast region, the parameters
+requires_grad_(False), every ViT call casting every weight. With
+--cuda-graphs in serving mode each tile shape is captured (in the request
+that first meets it) with autocast's cast cache off, so that the graph casts
+its weights itself and does not read the capturing request's cached casts,
+which that request's end frees. Both modes give the same bits (a cast is
+the same cast, cached or not). The profiles run in the mode's context too:
+in serving mode their repeated calls share one autocast region, so the
+eager ones cast the weights once. --tile-batch N decodes the tiles of a
+temporal chunk N at a time in one ViT call (concatenated along the batch
+dimension); its output is not guaranteed to be bitwise equal to
+--tile-batch 1's (the GEMMs run at N times the rows, where cuBLAS may choose
+other kernels), so compare hashes only between runs of the same --tile-batch.
 
 Latent shape rules: B >= 1, C == 24, T >= 7 (one temporal chunk), H, W >= 1
 (a side shorter than 16 gives narrower tiles). Request i decodes the
@@ -32,6 +53,7 @@ GPU, or a checkpoint that does not match.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -57,6 +79,13 @@ def parse_args(argv):
     p.add_argument("--same-latent", action="store_true", help="every request decodes the latent of --seed")
     p.add_argument("--blocks", type=int, default=36, help="transformer blocks (default 36; fewer for quick tests)")
     p.add_argument("--cuda-graphs", action="store_true", help="capture each ViT call once per tile shape, replay it")
+    p.add_argument("--mode", default="serving", choices=["serving", "inference"],
+                   help="serving (default): no_grad, one autocast region per request (cast cache on), parameters "
+                        "requiring grad, as the H3 serving pipeline; inference: inference_mode, one autocast region "
+                        "for all requests, parameters requires_grad_(False)")
+    p.add_argument("--tile-batch", type=int, default=1, metavar="N",
+                   help="tiles of a temporal chunk per ViT call, concatenated along the batch (default 1; the "
+                        "bits of N > 1 are not guaranteed to be those of 1)")
     p.add_argument("--weights", metavar="DIR", help="load a safetensors checkpoint instead of synthetic weights")
     p.add_argument("--out", metavar="FILE.pt", help="torch.save the last request's FP32 output (on the CPU)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
@@ -73,8 +102,8 @@ def parse_args(argv):
     mode.add_argument("--activation-stats", action="store_true", help="max |activation| per kind, one request")
     mode.add_argument("--write-weights", metavar="DIR", help="write the synthetic weights to DIR/h3vae.safetensors")
     args = p.parse_args(argv)
-    if args.requests < 1 or args.warmup < 0 or args.blocks < 1:
-        fail("--requests and --blocks must be >= 1 and --warmup >= 0")
+    if args.requests < 1 or args.warmup < 0 or args.blocks < 1 or args.tile_batch < 1:
+        fail("--requests, --blocks and --tile-batch must be >= 1 and --warmup >= 0")
     if (args.cuda_graphs or args.trace_mark) and args.device != "cuda":
         fail("--cuda-graphs and --trace-mark need --device cuda")
     return args
@@ -140,21 +169,28 @@ def gpu_memory(torch, device):
 
 
 def decode_requests(args, torch, h3_vae, device, model, plan):
-    """Runs the warm-up and timed requests; returns (JSON doc, text lines)."""
-    decoder = h3_vae.TiledDecoder(model, plan, device, cuda_graphs=args.cuda_graphs)
+    """Runs the warm-up and timed requests; returns (JSON doc, text lines).
+
+    Inference mode: all requests in one decode context. Serving mode: one per
+    request (a request's autocast region, and with it its cached weight casts,
+    ends with the request); its result is hashed after the region."""
+    decoder = h3_vae.TiledDecoder(model, plan, device, cuda_graphs=args.cuda_graphs, mode=args.mode,
+                                  tile_batch=args.tile_batch)
+    per_request = args.mode == "serving"
     results, times, video = [], [], None
     if args.trace_mark:
         torch.cuda._sleep(1)
-    with torch.inference_mode(), h3_vae.autocast(device):
+    with (contextlib.nullcontext() if per_request else h3_vae.decode_context(args.mode, device)):
         for i in range(-args.warmup, args.requests):
-            latent = h3_vae.make_latent(plan.latent, args.seed + (0 if args.same_latent else max(i, 0)), device)
-            h3_vae.sync(device)
-            calls_before = decoder.vit_calls
-            t0 = time.perf_counter()
-            video = decoder(latent)
-            host_ms = (time.perf_counter() - t0) * 1e3  # every launch made; the GPU may still be working
-            h3_vae.sync(device)
-            ms = (time.perf_counter() - t0) * 1e3
+            with (h3_vae.decode_context(args.mode, device) if per_request else contextlib.nullcontext()):
+                latent = h3_vae.make_latent(plan.latent, args.seed + (0 if args.same_latent else max(i, 0)), device)
+                h3_vae.sync(device)
+                calls_before = decoder.vit_calls
+                t0 = time.perf_counter()
+                video = decoder(latent)
+                host_ms = (time.perf_counter() - t0) * 1e3  # every launch made; the GPU may still be working
+                h3_vae.sync(device)
+                ms = (time.perf_counter() - t0) * 1e3
             if i < 0:
                 continue
             times.append(ms)
@@ -165,13 +201,14 @@ def decode_requests(args, torch, h3_vae, device, model, plan):
         torch.save(video.cpu(), args.out)
     summary = summarise(times, plan)
     memory = gpu_memory(torch, device)
-    doc = {"mode": "decode", "plan": plan.summary(), "cuda_graphs": args.cuda_graphs, "warmup": args.warmup,
+    doc = {"mode": "decode", "decode_mode": args.mode, "tile_batch": args.tile_batch,
+           "plan": plan.summary(), "cuda_graphs": args.cuda_graphs, "warmup": args.warmup,
            "seed": args.seed, "same_latent": args.same_latent, "weights": args.weights or "synthetic",
            "environment": environment(torch, device), "requests": results, "summary": summary,
            "gpu_memory": memory, "out": args.out}
     lines = plan_lines(plan) + [
-        f"device {doc['environment'].get('gpu', device)}, {'CUDA graphs' if args.cuda_graphs else 'eager'}, "
-        f"weights {doc['weights']}"]
+        f"device {doc['environment'].get('gpu', device)}, {args.mode} mode, "
+        f"{'CUDA graphs' if args.cuda_graphs else 'eager'}, tile batch {args.tile_batch}, weights {doc['weights']}"]
     lines += [f"request {r['request']}: {r['latency_ms']:9.2f} ms  fp32 sha256 {r['sha256_fp32']}  "
               f"u8 sha256 {r['sha256_u8']}  {r['vit_calls']} ViT calls, output {r['output_shape']}" for r in results]
     lines.append(f"summary: {summary['requests']} requests, median {summary['median_ms']:.2f} ms "
@@ -193,7 +230,7 @@ def main(argv=None):
     torch, h3_vae, device = load_torch(args)
     blocks = 1 if args.profile_block else args.blocks
     try:
-        model = h3_vae.build_model(blocks, args.seed, device, args.weights)
+        model = h3_vae.build_model(blocks, args.seed, device, args.weights, requires_grad=args.mode == "serving")
     except h3_vae.CheckpointError as e:
         fail(f"checkpoint does not match: {e}")
     env = environment(torch, device)
@@ -205,32 +242,37 @@ def main(argv=None):
         emit(args, {"mode": "write_weights", "path": path, "blocks": blocks, "seed": args.seed},
              [f"wrote {path} ({blocks} blocks, seed {args.seed})"])
     elif args.profile_block:
-        r = h3_vae.profile_block(model, device)
-        line = f"block at {r['tokens']} tokens: eager {r['eager_ms']:.4f} ms/block (DESIGN.md reference 0.99 ms)"
+        r = h3_vae.profile_block(model, device, mode=args.mode)
+        line = (f"block at {r['tokens']} tokens, {args.mode} mode: eager {r['eager_ms']:.4f} ms/block "
+                f"(DESIGN.md reference 0.99 ms)")
         if "graph_ms" in r:
             line += (f", CUDA-graph replay {r['graph_ms']:.4f} ms/block (DESIGN.md 0.93 ms), "
                      f"host enqueue {r['host_ms']:.4f} ms/block")
-        emit(args, {"mode": "profile_block", "environment": env, **r}, [line])
+        emit(args, {"mode": "profile_block", "decode_mode": args.mode, "environment": env, **r}, [line])
     elif args.profile_vit:
         if device.type != "cuda":
             fail("--profile-vit replays a CUDA graph: it needs --device cuda")
-        r = h3_vae.profile_vit(model, device)
+        r = h3_vae.profile_vit(model, device, mode=args.mode)
         k = r.get("kernels", {})
-        emit(args, {"mode": "profile_vit", "environment": env, **r},
-             [f"ViT call at {r['tokens']} tokens, {r['blocks']} blocks, CUDA-graph replay: {r['replay_ms']:.3f} ms, "
+        emit(args, {"mode": "profile_vit", "decode_mode": args.mode, "environment": env, **r},
+             [f"ViT call at {r['tokens']} tokens, {r['blocks']} blocks, {args.mode} mode, CUDA-graph replay: "
+              f"{r['replay_ms']:.3f} ms, "
               f"{r['replay_ms_per_block']:.4f} ms/block; kernels {k.get('total_ms', float('nan')):.4f}, "
               f"gaps {k.get('gap_ms', float('nan')):.4f} ms/block"])
     elif args.floor:
-        r = h3_vae.dispatch_floor(model, device)
-        emit(args, {"mode": "floor", "environment": env, **r},
-             [f"dispatch floor: {r['blocks']} blocks at {r['tokens']} tokens: {r['ms_per_block']:.4f} ms per block "
+        r = h3_vae.dispatch_floor(model, device, mode=args.mode)
+        emit(args, {"mode": "floor", "decode_mode": args.mode, "environment": env, **r},
+             [f"dispatch floor, {args.mode} mode: {r['blocks']} blocks at {r['tokens']} tokens: "
+              f"{r['ms_per_block']:.4f} ms per block "
               f"(DESIGN.md: PyTorch alone about 0.6-0.7 ms on the H200 machine)"])
     elif args.activation_stats:
-        decoder = h3_vae.TiledDecoder(model, plan, device)
-        r = h3_vae.activation_stats(model, decoder, h3_vae.make_latent(plan.latent, args.seed, device))
+        decoder = h3_vae.TiledDecoder(model, plan, device, mode=args.mode, tile_batch=args.tile_batch)
+        r = h3_vae.activation_stats(model, decoder, h3_vae.make_latent(plan.latent, args.seed, device),
+                                    mode=args.mode)
         lines = [f"{kind:40s} {value:12.4f}" for kind, value in r["max_abs"].items()]
         lines.append(f"finite: {r['finite']}, FP16 headroom (65504 / largest FP16 activation): {r['fp16_headroom']}")
-        emit(args, {"mode": "activation_stats", "plan": plan.summary(), "environment": env, **r}, lines)
+        emit(args, {"mode": "activation_stats", "decode_mode": args.mode, "plan": plan.summary(), "environment": env,
+                    **r}, lines)
     else:
         doc, lines = decode_requests(args, torch, h3_vae, device, model, plan)
         emit(args, doc, lines)
