@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """CPU tests of the GPU scripts' own logic (tests/gpu), which decides what the
-evidence says: the decode verdict (shimstats.ops_verdict) and robust.py's
---deadline. PyTorch is stubbed; nothing here needs a GPU.
+evidence says: the decode verdict (shimstats.ops_verdict), robust.py's
+--deadline and soundness.py's comparison of its two arms. PyTorch is stubbed;
+nothing here needs a GPU.
 
     python3 tests/scripts/test_gpu_scripts.py
 """
+import contextlib
+import io
 import os
 import sys
 import types
@@ -173,6 +176,124 @@ class MedianInterval(unittest.TestCase):
     def test_reproducible_and_empty(self):
         self.assertEqual(shimstats.median_interval([3, 1, 2]), shimstats.median_interval([3, 1, 2]))
         self.assertEqual(shimstats.median_interval([]), (None, None, None))
+
+
+H1, H2 = "a" * 64, "b" * 64
+
+
+def arm(outputs, rc=0, info=None):
+    """A run of one soundness.py case as run_child returns it."""
+    return {"rc": rc, "seconds": 1.0, "result": {"outputs": outputs, "info": info or {}}}
+
+
+class SoundnessVerdict(unittest.TestCase):
+    """soundness.verdict: a case passes only when both arms exit 0 and every output is the same."""
+
+    def setUp(self):
+        import soundness
+        self.s = soundness
+
+    def test_equal_outputs_pass(self):
+        ok, findings, nondet = self.s.verdict(arm({"tile0": H1, "capture": "ok"}), arm({"tile0": H1, "capture": "ok"}))
+        self.assertTrue(ok, findings)
+        self.assertEqual(nondet, [])
+
+    def test_a_hash_that_differs_fails(self):
+        ok, findings, _ = self.s.verdict(arm({"tile0": H1, "tile1": H1}), arm({"tile0": H1, "tile1": H2}))
+        self.assertFalse(ok)
+        self.assertEqual(findings, [f"tile1: {H1[:16]} without the shim, {H2[:16]} with it"])
+
+    def test_an_exception_only_with_the_shim_fails(self):
+        err = "raised RuntimeError: CUDA error: an illegal memory access was encountered"
+        ok, findings, _ = self.s.verdict(arm({"replay_after": H1}), arm({"replay_after": err}))
+        self.assertFalse(ok)
+        self.assertIn(err, findings[0])
+
+    def test_the_same_exception_in_both_arms_is_equal_behaviour(self):
+        err = self.s.raised(RuntimeError("CUDA error: operation not permitted when stream is capturing"))
+        ok, findings, _ = self.s.verdict(arm({"capture": err}), arm({"capture": err}))
+        self.assertTrue(ok, findings)
+
+    def test_an_exit_code_or_a_missing_result_fails(self):
+        self.assertFalse(self.s.verdict(arm({"x": H1}), arm({"x": H1}, rc=-11))[0])
+        crashed = {"rc": -6, "seconds": 1.0, "error": "no JSON line on stdout"}
+        ok, findings, _ = self.s.verdict(arm({"x": H1}), crashed)
+        self.assertFalse(ok)
+        self.assertIn("arm S printed no result", findings)
+        self.assertFalse(self.s.verdict(crashed, arm({"x": H1}))[0])  # nothing to compare against
+
+    def test_an_output_in_one_arm_only_fails(self):
+        ok, findings, _ = self.s.verdict(arm({"a": H1}), arm({"a": H1, "b": H2}))
+        self.assertFalse(ok)
+        self.assertTrue(findings[0].startswith("b: only in arm S"))
+
+    def test_repeats_that_differ_without_the_shim_are_left_out(self):
+        base = arm({"forward": {"repeats": [H1, H1]}, "grad.w": {"repeats": [H1, H2]}})
+        ok, findings, nondet = self.s.verdict(base, arm({"forward": {"repeats": [H1, H1]},
+                                                         "grad.w": {"repeats": [H2, H2]}}))
+        self.assertTrue(ok, findings)
+        self.assertEqual(nondet, ["grad.w"])
+
+    def test_repeatable_outputs_must_repeat_with_the_shim(self):
+        base = arm({"forward": {"repeats": [H1, H1]}})
+        self.assertFalse(self.s.verdict(base, arm({"forward": {"repeats": [H1, H2]}}))[0])
+
+    def test_raised_blanks_numbers_and_addresses(self):
+        a = self.s.raised(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB at 0x7f00ab\nmore"))
+        b = self.s.raised(RuntimeError("CUDA out of memory. Tried to allocate 3.50 GiB at 0x7f11cd"))
+        self.assertEqual(a, b)
+        self.assertEqual(a, "raised RuntimeError: CUDA out of memory. Tried to allocate #.# GiB at #")
+
+    def test_cases_by_number_or_name(self):
+        self.assertEqual(self.s.pick_cases("0,model_swap,7"), ["serving", "model_swap", "inference_cast_fresh"])
+        with self.assertRaises(ValueError):
+            self.s.pick_cases("8")
+
+
+class SoundnessMain(unittest.TestCase):
+    """soundness.main: arm A runs first, model_swap's arm S allocates arm A's size, and the
+    exit status is 0 only when every case passes."""
+
+    def run_main(self, shim_outputs):
+        import soundness
+        calls, written = [], {}
+
+        def fake_child(case, shim, env_extra=None):
+            calls.append((case, shim, dict(env_extra or {})))
+            if case == "model_swap":
+                return arm({"big_alloc": "ok"}, info={"alloc_bytes": 123, "free_bytes": 2**31, "gpu": "NVIDIA H200"})
+            return arm(shim_outputs if shim else {"tile0": H1}, info={"gpu": "NVIDIA H200", "torch": "stub"})
+
+        def fake_write(gpu, name, doc, lines):
+            written.update(gpu=gpu, name=name, doc=doc, lines=lines)
+
+        with mock.patch.object(soundness, "run_child", fake_child), \
+                mock.patch.object(shimstats, "write_evidence", fake_write):
+            rc = soundness.main(["--cases", "model_swap,inference_cast_fresh", "--shim", __file__])
+        return rc, calls, written
+
+    def test_pass_and_the_size_handed_to_the_shim_arm(self):
+        rc, calls, w = self.run_main({"tile0": H1})
+        self.assertEqual(rc, 0)
+        self.assertEqual(calls[0], ("model_swap", None, {}))
+        self.assertEqual(calls[1][0], "model_swap")
+        self.assertEqual(calls[1][2], {"H3_SOUNDNESS_ALLOC_BYTES": "123"})
+        self.assertEqual(w["gpu"], "NVIDIA H200")
+        self.assertEqual(w["name"], "soundness")
+        self.assertTrue(w["doc"]["pass"])
+        self.assertEqual(w["lines"][-1], "Result: pass")
+
+    def test_a_difference_fails_the_run(self):
+        rc, _, w = self.run_main({"tile0": H2})
+        self.assertEqual(rc, 1)
+        self.assertFalse(w["doc"]["cases"]["inference_cast_fresh"]["pass"])
+        self.assertTrue(w["doc"]["cases"]["model_swap"]["pass"])
+        self.assertIn("## 7 inference_cast_fresh: FAIL\n", w["lines"])
+
+    def test_no_shim_library_is_a_usage_error(self):
+        import soundness
+        with contextlib.redirect_stderr(io.StringIO()):
+            self.assertEqual(soundness.main(["--shim", "/nonexistent/libh3shim.so"]), 2)
 
 
 if __name__ == "__main__":
