@@ -937,23 +937,70 @@ bool h3_ends_context(enum h3_fn fn)
            fn == H3_FN_cuDevicePrimaryCtxRelease_v2;
 }
 
+/* Forgets what the shim made on `device` (-1: the current one's) or in
+ * `ctx`: weight_cache's copies (freed first when the context is alive),
+ * the fused ops' modules and the graph records. */
+static void h3_engine_forget(int device, const void *ctx, bool alive, struct h3_call *c)
+{
+    if (device < 0 && ctx == NULL) {
+        __typeof__(&cuCtxGetDevice) get = H3_LIB_FN(CUDA, cuCtxGetDevice);
+        CUdevice d;
+        device = get != NULL && get(&d) == CUDA_SUCCESS ? (int)d : -1;
+    }
+    if (h3_wcache_release(device, ctx, alive) == 0 && ctx != NULL)
+        return; /* a context the shim made nothing in */
+    h3_kernels_forget();
+    h3_graphs_reset();
+    if (c != NULL)
+        c->op_how = "context_ending";
+}
+
 /*
  * Before a call that may end a context is forwarded (its held launches
- * issued): everything the shim made in a context goes while every context
- * is still alive.  weight_cache frees its copies (a GEMM after a reset must
- * not read memory of the old context: the allocator may give the new
- * weights the old addresses); the fused ops' modules and the graph records
- * are forgotten.  All of it is made again at need.  Not at process exit
- * (the runtime may release its contexts then): the process takes it all.
+ * issued): everything the shim made in that context goes while it is still
+ * alive.  weight_cache frees its copies (a GEMM after a reset must not read
+ * memory of the old context: the allocator may give the new weights the old
+ * addresses); the fused ops' modules and the graph records are forgotten.
+ * All of it is made again at need.  A release of a primary context ends it
+ * only when it was the last reference (video codecs, Numba, cuda-python
+ * retain and release it in pairs while PyTorch holds it): that is asked
+ * after the release (h3_engine_context_after).  cuCtxDestroy of a context
+ * the shim made nothing in changes nothing.  Not at process exit (the
+ * runtime may release its contexts then): the process takes it all.
  */
 void h3_engine_context_ending(struct h3_call *c)
 {
     if (atomic_load(&h3_exiting))
         return;
-    h3_wcache_release_all();
-    h3_kernels_forget();
-    h3_graphs_reset();
-    c->op_how = "context_ending";
+    switch (c->fn) {
+    case H3_FN_cuDevicePrimaryCtxRelease_v2:
+        c->context_edge = 1;
+        return;
+    case H3_FN_cuCtxDestroy_v2:
+        if (c->u.sync.ctx != NULL)
+            h3_engine_forget(-1, c->u.sync.ctx, true, c);
+        return;
+    case H3_FN_cuDevicePrimaryCtxReset_v2:
+        h3_engine_forget(c->u.sync.dev, NULL, true, c);
+        return;
+    default: /* cudaDeviceReset: the current device's primary context */
+        h3_engine_forget(-1, NULL, true, c);
+        return;
+    }
+}
+
+void h3_engine_context_after(const struct h3_call *c)
+{
+    if (c->result != 0 || atomic_load(&h3_exiting))
+        return;
+    __typeof__(&cuDevicePrimaryCtxGetState) state = H3_LIB_FN(CUDA, cuDevicePrimaryCtxGetState);
+    unsigned flags = 0;
+    int active = 0;
+    if (state != NULL && state((CUdevice)c->u.sync.dev, &flags, &active) == CUDA_SUCCESS && active)
+        return; /* others still hold it: nothing ended */
+    /* Ended (or unknown: then forgetting is the safe side; nothing is freed
+     * that may belong to a new context at the same addresses). */
+    h3_engine_forget(c->u.sync.dev, NULL, false, NULL);
 }
 
 void h3_engine_reset(void)

@@ -430,6 +430,15 @@ void h3_graphs_reset(void)
     pthread_mutex_unlock(&h3_g.lock);
 }
 
+/* Read without the lock: weight_cache asks holding its own, which the
+ * graph launch takes inside this one.  A record made after the answer can
+ * name an entry only under weight_cache's lock, so after what it does. */
+bool h3_graphs_live(void)
+{
+    return __atomic_load_n(&h3_g.ncaptures, __ATOMIC_ACQUIRE) + __atomic_load_n(&h3_g.ngraphs, __ATOMIC_ACQUIRE) +
+               __atomic_load_n(&h3_g.nexecs, __ATOMIC_ACQUIRE) > 0;
+}
+
 void h3_graphs_merge_exec(const void *stream, const void *exec)
 {
     uint64_t id;

@@ -181,6 +181,7 @@ struct h3_hot {
     _Atomic uint64_t wc_lo, wc_hi; /* op_weight_cache.c, per copy: the bounds of their sources */
     atomic_uint captures_recording; /* graphs.c, per capture: captures begun and not ended */
     atomic_uint lt_live; /* lt_shadow.c, per handle: cuBLASLt handles remembered */
+    atomic_uint wc_held; /* op_weight_cache.c, per copy: copies holding GPU memory, valid or not */
     bool lt_remember;    /* init.c: H3SHIM_LT_SHADOW on and calls matched */
     atomic_bool paused;  /* init.c: h3shim_pause: observed entry points forward unobserved */
 } __attribute__((aligned(64)));
@@ -323,6 +324,8 @@ struct h3_sync_desc {
     const void *dst;
     size_t bytes;
     const void *graph_exec; /* cudaGraphLaunch / cuGraphLaunch: the executable graph */
+    const void *ctx;        /* cuCtxDestroy: the context */
+    int dev;                /* the primary-context calls: the device */
 };
 
 struct h3_procaddr_desc {
@@ -341,6 +344,7 @@ struct h3_call {
     uint8_t kind;     /* h3_hooks[fn].kind (an enum h3_kind), known to the wrapper */
     bool detail;      /* fill library descriptions (tracing) */
     uint8_t capture_edge; /* a capture's begin or end: what h3_captures_after must settle */
+    uint8_t context_edge; /* a primary context released: h3_engine_context_after asks whether it ended */
     bool per_thread;  /* a _ptsz entry point */
     int device;
     uint64_t seq;
@@ -408,6 +412,8 @@ void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int ver
  * for a free). */
 void h3_desc_sync(struct h3_call *c, const void *stream, const void *dst, size_t bytes);
 void h3_desc_graph_launch(struct h3_call *c, const void *stream, const void *graph_exec);
+/* A call that may end a context: cuCtxDestroy's `ctx`, or the primary context of `dev`. */
+void h3_desc_context(struct h3_call *c, const void *ctx, int dev);
 /* cudaStreamEndCapture: as a sync on `stream` (the graph it gives is asked for before, graphs.c). */
 #define h3_desc_end_capture(c, stream, pgraph) h3_desc_sync(c, stream, NULL, 0)
 /* The same for a 2-D, 3-D or 3-D peer copy: the device bytes it may write. */
@@ -577,6 +583,9 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...));
 void h3_engine_reset(void);
 /* Whether a SYNC call may end a context (cudaDeviceReset, cuCtxDestroy, ...). */
 bool h3_ends_context(enum h3_fn fn);
+/* After a call h3_engine_before marked (c->context_edge): a primary context
+ * released, the shim's things in it are forgotten if that ended it. */
+void h3_engine_context_after(const struct h3_call *c);
 /* Before such a call is forwarded: drops what the shim made in contexts (op_how "context_ending"). */
 void h3_engine_context_ending(struct h3_call *c);
 /* In a fork child: the parent's deferred launches are dropped, not issued. */
@@ -720,6 +729,10 @@ void h3_released_take(uint32_t *outputs, uint64_t *bytes);
 const char *h3_released_state(void);
 /* Finds the real report function in libc10.so, if it is loaded (at initialisation). */
 void h3_released_resolve(void);
+/* The block of PyTorch's caching allocator that holds `addr`, as its reports
+ * told ([*lo, *hi)); false when none is known to (no report, or the table
+ * of live blocks overflowed). */
+bool h3_released_block(uint64_t addr, uint64_t *lo, uint64_t *hi);
 /* engine.c: logs a free of [lo, hi) if this thread holds launches; this
  * thread's log while its group runs (NULL otherwise); the index of held
  * launch `d` in this thread's queue, or -1. */
@@ -810,6 +823,9 @@ void h3_graphs_graphs_changed(void);
 /* (h3_hot.graphs_on: weight_cache enabled and H3SHIM_WEIGHT_CACHE_GRAPHS not
  * 0; a captured GEMM reads copies only where h3_wcache_graphs_here.) */
 void h3_graphs_reset(void);
+/* Whether any capture, graph or executable graph is recorded (one may name
+ * weight copies by their index). */
+bool h3_graphs_live(void);
 /* In a fork child: the lock may have been held by a thread the child lacks. */
 void h3_graphs_after_fork_child(void);
 
@@ -821,8 +837,14 @@ void h3_wcache_observe(struct h3_call *c);
 void h3_wcache_print_stats(void (*line)(const char *fmt, ...));
 /* H3SHIM_WEIGHT_CACHE_GRAPHS: 1, 0, or -1 when unset (a bad value warns and counts as unset). */
 int h3_wcache_graphs_switch(void);
-/* Frees every copy and its event, and forgets them (a context may be ending). */
-void h3_wcache_release_all(void);
+/* Forgets the copies made on `device` (-1: any) or in context `ctx` (NULL:
+ * any), freeing their memory and events first when `free_memory` (their
+ * context is still alive), else leaving them (it is gone, and its memory
+ * with it).  Returns how many it forgot. */
+unsigned h3_wcache_release(int device, const void *ctx, bool free_memory);
+/* The allocator freed [lo, hi) (released.c): a copy whose source it held
+ * is never used again, and its memory goes at the next safe point. */
+void h3_wcache_source_freed(uint64_t lo, uint64_t hi);
 /* In a fork child: the cache's lock may have been held by a thread the child lacks. */
 void h3_wcache_after_fork_child(void);
 

@@ -82,6 +82,8 @@ static inline void h3_call_end(struct h3_call *c, long long result)
     c->result = result;
     if (H3_UNLIKELY(c->capture_edge != 0))
         h3_captures_after(c);
+    if (H3_UNLIKELY(c->context_edge != 0))
+        h3_engine_context_after(c);
     h3_stats_count(c);
     if (h3_hot.trace_on) {
         c->t1_ns = h3_now_ns();

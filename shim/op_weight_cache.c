@@ -51,9 +51,17 @@ struct h3_wc_recipe {
 
 struct h3_wc_entry {
     uint64_t src, n; /* FP32 source and element count */
+    /* The memory a pointer into which may write the source: the allocator's
+     * block holding it (a flat buffer's parameters are views of one block),
+     * else its CUDA allocation, else the source itself. */
+    uint64_t lo, hi;
     const void *stream;
-    CUdeviceptr dst; /* FP16 copy */
+    CUdeviceptr dst; /* FP16 copy; 0 once its memory went (h3_wc_reap) */
     bool valid;
+    bool orphan;  /* the source's memory was freed: never used again; its memory goes at the next safe point */
+    bool graphed; /* a capture read it: its slot outlives every graph record */
+    CUcontext ctx; /* where it was made, and the device */
+    int device;
     /* With graphs (h3_hot.graphs_on) only: */
     struct h3_wc_recipe recipe; /* handle NULL until the first fill (a valid copy has one) */
     const void *fill_stream; /* where the last fill was issued */
@@ -66,7 +74,9 @@ static struct {
     pthread_mutex_t lock;
     struct h3_wc_entry e[H3_WC_MAX];
     unsigned n;
-    size_t bytes;
+    size_t bytes, peak;
+    unsigned orphans; /* entries whose source was freed and whose memory is still held */
+    uint64_t all_lo, all_hi; /* the sources of every entry with memory (h3_wcache_source_freed's test) */
     /* The 2 MiB pages that hold a source, hashed into 2^16 bits: set when an
      * entry is made, cleared only when every entry goes, so read without the
      * lock it never misses a source.  A launch's parameter word that falls
@@ -74,14 +84,16 @@ static struct {
      * activations' pointers fall between the weights, not on them. */
     _Atomic uint64_t pages[1024];
     unsigned order[H3_WC_MAX]; /* entry indices by source address */
-    uint64_t maxlen;  /* the longest source, in bytes */
-    atomic_ulong hits, fills, drops;
+    uint64_t maxlen;  /* the longest [lo, hi), in bytes */
+    atomic_ulong hits, fills, drops, orphaned, reaped;
     atomic_ulong graph_launches, graph_refills; /* with graphs */
     /* The first call that dropped a copy, for the stats: which entry point,
      * and which kernel when a launch (drops are rare and each costs a refill,
      * or under a capture the copy's use). */
     _Atomic(const char *) first_drop_fn, first_drop_kernel;
 } h3_wc = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void h3_wc_reap(void);
 
 /* Per signature, which calls are casts that the op replaces (they read a
  * source: their launches do not invalidate it). */
@@ -187,18 +199,27 @@ static unsigned h3_wc_lower_bound(uint64_t src)
 
 static void h3_wc_bounds(void)
 {
-    uint64_t lo = UINT64_MAX, hi = 0;
-    unsigned live = 0;
+    uint64_t lo = UINT64_MAX, hi = 0, all_lo = UINT64_MAX, all_hi = 0;
+    unsigned live = 0, held = 0;
     for (unsigned i = 0; i < h3_wc.n; i++) {
-        if (!h3_wc.e[i].valid)
+        const struct h3_wc_entry *e = &h3_wc.e[i];
+        if (e->dst != 0) {
+            held++;
+            all_lo = e->src < all_lo ? e->src : all_lo;
+            all_hi = e->src + 4 * e->n > all_hi ? e->src + 4 * e->n : all_hi;
+        }
+        if (!e->valid)
             continue;
         live++;
-        lo = h3_wc.e[i].src < lo ? h3_wc.e[i].src : lo;
-        hi = h3_wc.e[i].src + 4 * h3_wc.e[i].n > hi ? h3_wc.e[i].src + 4 * h3_wc.e[i].n : hi;
+        lo = e->lo < lo ? e->lo : lo;
+        hi = e->hi > hi ? e->hi : hi;
     }
+    h3_wc.all_lo = all_lo;
+    h3_wc.all_hi = all_hi;
     atomic_store_explicit(&h3_hot.wc_lo, lo, memory_order_relaxed);
     atomic_store_explicit(&h3_hot.wc_hi, hi, memory_order_relaxed);
     atomic_store(&h3_hot.wc_live, live);
+    atomic_store(&h3_hot.wc_held, held);
 }
 
 #define H3_WC_PAGE_SHIFT 21
@@ -233,12 +254,14 @@ static void h3_wc_drop(uint64_t lo, uint64_t hi, const struct h3_call *by)
         return;
     pthread_mutex_lock(&h3_wc.lock);
     bool any = false;
-    /* Every source that can overlap [lo, hi) starts in [lo - maxlen, hi):
-     * a binary search finds the first, whatever the sources overlap. */
+    /* Every entry whose [lo, hi) can overlap [lo, hi) has its source in
+     * (lo - maxlen, hi + maxlen): a binary search finds the first. */
+    /* (Each entry's lo <= src < hi, and hi - lo <= maxlen.) */
     for (unsigned p = h3_wc_lower_bound(lo > h3_wc.maxlen ? lo - h3_wc.maxlen : 0);
-         p < h3_wc.n && h3_wc.e[h3_wc.order[p]].src < hi; p++) {
+         p < h3_wc.n && h3_wc.e[h3_wc.order[p]].src < (hi > UINT64_MAX - h3_wc.maxlen ? UINT64_MAX : hi + h3_wc.maxlen);
+         p++) {
         struct h3_wc_entry *e = &h3_wc.e[h3_wc.order[p]];
-        if (e->valid && e->src < hi && lo < e->src + 4 * e->n) {
+        if (e->valid && e->lo < hi && lo < e->hi) {
             e->valid = false;
             any = true;
             atomic_fetch_add_explicit(&h3_wc.drops, 1, memory_order_relaxed);
@@ -461,6 +484,27 @@ static void h3_wcache_graph_launch(struct h3_call *c)
     }
     struct h3_grec *rec = h3_graphs_exec_lock(exec);
     if (rec == NULL) {
+        /* It may be one whose record was lost (updated, past the table's
+         * room, forgotten at a context's end) and read copies: those a
+         * capture read are made valid first, on its stream, as for a known
+         * graph that reads every copy.  Then it may write anything. */
+        pthread_mutex_lock(&h3_wc.lock);
+        bool filled = false;
+        for (unsigned i = 0; i < h3_wc.n; i++) {
+            struct h3_wc_entry *e = &h3_wc.e[i];
+            if (!e->graphed || e->orphan || e->recipe.handle == NULL || e->dst == 0)
+                continue;
+            if (!e->valid) {
+                h3_wc_issue_recipe(e, stream);
+                e->valid = true, filled = true;
+                atomic_fetch_add_explicit(&h3_wc.graph_refills, 1, memory_order_relaxed);
+            } else {
+                h3_wc_ready(e, stream);
+            }
+        }
+        if (filled)
+            h3_wc_bounds();
+        pthread_mutex_unlock(&h3_wc.lock);
         h3_wc_drop(0, UINT64_MAX, c);
         c->op_how = "weight_cache_graph_unknown"; /* every copy dropped */
         return;
@@ -469,7 +513,7 @@ static void h3_wcache_graph_launch(struct h3_call *c)
     bool every = rec->nreads == UINT32_MAX, filled = false;
     for (uint32_t i = 0; i < (every ? h3_wc.n : rec->nreads); i++) {
         struct h3_wc_entry *e = &h3_wc.e[every ? i : rec->reads[i]];
-        if (e->recipe.handle == NULL) /* never filled: nothing to refill it with */
+        if (e->recipe.handle == NULL || e->orphan) /* never filled, or its source is gone: nothing to fill it from */
             continue;
         if (!e->valid) {
             h3_wc_issue_recipe(e, stream);
@@ -518,6 +562,20 @@ void h3_wcache_observe(struct h3_call *c)
             h3_graphs_unlock();
         }
     }
+    if (c->kind == H3_KIND_SYNC && c->u.sync.dst != NULL && c->u.sync.bytes == 0 &&
+        atomic_load_explicit(&h3_hot.wc_held, memory_order_relaxed) != 0) {
+        /* A free of CUDA memory (empty_cache's, say): the copies of sources
+         * in it are never used again, and the program's free is a point
+         * where giving their memory back costs nothing more. */
+        __typeof__(&cuMemGetAddressRange_v2) range = H3_LIB_FN(CUDA, cuMemGetAddressRange_v2);
+        CUdeviceptr base;
+        size_t size;
+        if (range != NULL && range(&base, &size, (CUdeviceptr)(uintptr_t)c->u.sync.dst) == CUDA_SUCCESS)
+            h3_wcache_source_freed(base, base + size);
+        pthread_mutex_lock(&h3_wc.lock);
+        h3_wc_reap();
+        pthread_mutex_unlock(&h3_wc.lock);
+    }
     if (atomic_load_explicit(&h3_hot.wc_live, memory_order_relaxed) == 0)
         return;
     const struct h3_wc_sink dropper = {h3_wc_drop_range, h3_wc_drop_word, c, true};
@@ -531,7 +589,7 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
 {
     for (unsigned p = h3_wc_lower_bound(src); p < h3_wc.n && h3_wc.e[h3_wc.order[p]].src == src; p++) {
         struct h3_wc_entry *e = &h3_wc.e[h3_wc.order[p]];
-        if (e->n == n && e->stream == stream)
+        if (e->n == n && e->stream == stream && !e->orphan)
             return e;
     }
     uint64_t t0 = h3_hot.stats ? h3_stats_clock() : 0;
@@ -551,6 +609,8 @@ static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void 
         *why = "capture_open_elsewhere";
         return NULL;
     }
+    if (h3_wc.orphans > 0)
+        h3_wc_reap();
     if (h3_wc.n == H3_WC_MAX || h3_wc.bytes + bytes > (size_t)h3_config.weight_cache_max_mb << 20) {
         H3_WARN_ONCE(H3_SUB_ENGINE, "weight_cache: the copies reached H3SHIM_WEIGHT_CACHE_MAX_MB=%ld; the GEMMs "
                                     "of weights beyond it cast them on every call, as without the shim",
@@ -578,16 +638,38 @@ static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void 
     __typeof__(&cuEventCreate) create = H3_LIB_FN(CUDA, cuEventCreate);
     if (h3_hot.graphs_on && (create == NULL || create(&event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS))
         event = NULL; /* a read on another stream then synchronises, or fills again */
+    /* What a pointer may write the source through: its allocator block (all
+     * of a flat buffer whose views the parameters are), else its CUDA
+     * allocation, else the source alone. */
+    uint64_t lo = src, hi = src + 4 * n;
+    __typeof__(&cuMemGetAddressRange_v2) range = H3_LIB_FN(CUDA, cuMemGetAddressRange_v2);
+    CUdeviceptr base;
+    size_t size;
+    if (!h3_released_block(src, &lo, &hi) && range != NULL &&
+        range(&base, &size, (CUdeviceptr)src) == CUDA_SUCCESS && base <= src && src + 4 * n <= base + size)
+        lo = base, hi = base + size;
+    lo = lo < src ? lo : src, hi = hi > src + 4 * n ? hi : src + 4 * n;
+    CUcontext ctx = NULL;
+    CUdevice device = -1;
+    __typeof__(&cuCtxGetCurrent) current = H3_LIB_FN(CUDA, cuCtxGetCurrent);
+    __typeof__(&cuCtxGetDevice) get_device = H3_LIB_FN(CUDA, cuCtxGetDevice);
+    if (current == NULL || current(&ctx) != CUDA_SUCCESS)
+        ctx = NULL;
+    if (get_device == NULL || get_device(&device) != CUDA_SUCCESS)
+        device = -1;
     h3_wc.bytes += bytes;
-    h3_wc.e[h3_wc.n] = (struct h3_wc_entry){.src = src, .n = n, .stream = stream, .dst = dst, .event = event};
-    h3_wc_pages_add(src, 4 * n);
+    h3_wc.peak = h3_wc.bytes > h3_wc.peak ? h3_wc.bytes : h3_wc.peak;
+    h3_wc.e[h3_wc.n] = (struct h3_wc_entry){
+        .src = src, .n = n, .lo = lo, .hi = hi, .stream = stream, .dst = dst, .event = event, .ctx = ctx,
+        .device = (int)device};
+    h3_wc_pages_add(lo, hi - lo);
     unsigned p = h3_wc.n;
     while (p > 0 && h3_wc.e[h3_wc.order[p - 1]].src > src) {
         h3_wc.order[p] = h3_wc.order[p - 1];
         p--;
     }
     h3_wc.order[p] = h3_wc.n;
-    h3_wc.maxlen = 4 * n > h3_wc.maxlen ? 4 * n : h3_wc.maxlen;
+    h3_wc.maxlen = hi - lo > h3_wc.maxlen ? hi - lo : h3_wc.maxlen;
     return &h3_wc.e[h3_wc.n++];
 }
 
@@ -719,6 +801,7 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
         if (eb != NULL) {
             h3_grec_read(rec, (uint32_t)(ew - h3_wc.e));
             h3_grec_read(rec, (uint32_t)(eb - h3_wc.e));
+            ew->graphed = eb->graphed = true;
         }
         h3_graphs_unlock();
     } else {
@@ -771,25 +854,135 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     return NULL;
 }
 
-void h3_wcache_release_all(void)
+/* Rebuilds the source order, the longest range and the page bits from the
+ * entries left.  A page bit a remaining entry needs is set in the old and
+ * the new words alike, so a reader without the lock never misses one. Locked. */
+static void h3_wc_rebuild(void)
+{
+    uint64_t pages[H3_ARRAY_LEN(h3_wc.pages)] = {0};
+    h3_wc.maxlen = 0;
+    for (unsigned i = 0; i < h3_wc.n; i++) {
+        const struct h3_wc_entry *e = &h3_wc.e[i];
+        h3_wc.maxlen = e->hi - e->lo > h3_wc.maxlen ? e->hi - e->lo : h3_wc.maxlen;
+        uint64_t first = e->lo >> H3_WC_PAGE_SHIFT, last = (e->hi - 1) >> H3_WC_PAGE_SHIFT;
+        for (uint64_t q = first; q <= last && q - first < 64 * H3_ARRAY_LEN(h3_wc.pages); q++) {
+            unsigned b = h3_wc_page_bit(q << H3_WC_PAGE_SHIFT);
+            pages[b / 64] |= 1ull << (b % 64);
+        }
+        unsigned p = i;
+        while (p > 0 && h3_wc.e[h3_wc.order[p - 1]].src > e->src) {
+            h3_wc.order[p] = h3_wc.order[p - 1];
+            p--;
+        }
+        h3_wc.order[p] = i;
+    }
+    for (unsigned i = 0; i < H3_ARRAY_LEN(h3_wc.pages); i++)
+        atomic_store_explicit(&h3_wc.pages[i], pages[i], memory_order_relaxed);
+    h3_wc_bounds();
+}
+
+/* Gives back entry e's memory and event (its context alive) and marks it gone. Locked. */
+static void h3_wc_free_copy(struct h3_wc_entry *e)
 {
     __typeof__(&cuMemFree_v2) release = H3_LIB_FN(CUDA, cuMemFree_v2);
     __typeof__(&cuEventDestroy_v2) destroy = H3_LIB_FN(CUDA, cuEventDestroy_v2);
-    pthread_mutex_lock(&h3_wc.lock);
+    if (e->dst != 0 && release != NULL)
+        release(e->dst);
+    if (e->event != NULL && destroy != NULL)
+        destroy(e->event);
+    h3_wc.bytes -= e->dst != 0 ? 2 * e->n : 0;
+    e->dst = 0, e->event = NULL, e->valid = false, e->recipe.handle = NULL;
+}
+
+/* Removes the entries marked in `gone` (indices into e[]). Locked; only
+ * while no graph record can name an entry by its index. */
+static void h3_wc_compact(const bool *gone)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < h3_wc.n; i++)
+        if (!gone[i])
+            h3_wc.e[k++] = h3_wc.e[i];
+    h3_wc.n = k;
+    h3_wc_rebuild();
+}
+
+/*
+ * Frees the memory of the copies whose source was freed, at a point where
+ * that is safe: no capture open anywhere (cuMemFree would invalidate it).
+ * A copy a capture read keeps its slot while any graph record lives (they
+ * name entries by index), and its memory too: a graph launched after its
+ * weights were freed reads garbage with or without the shim, but never an
+ * address the shim gave back.  Locked.
+ */
+static void h3_wc_reap(void)
+{
+    if (h3_wc.orphans == 0 || !h3_captures_none())
+        return;
+    bool records = h3_graphs_live();
+    bool gone[H3_WC_MAX];
+    unsigned left = 0;
     for (unsigned i = 0; i < h3_wc.n; i++) {
         struct h3_wc_entry *e = &h3_wc.e[i];
-        if (release != NULL)
-            release(e->dst);
-        if (e->event != NULL && destroy != NULL)
-            destroy(e->event);
+        gone[i] = false;
+        if (!e->orphan || (e->graphed && records)) {
+            left += e->orphan && e->dst != 0;
+            continue;
+        }
+        if (e->dst != 0)
+            atomic_fetch_add_explicit(&h3_wc.reaped, 1, memory_order_relaxed);
+        h3_wc_free_copy(e);
+        gone[i] = !records;
     }
-    h3_wc.n = 0;
-    h3_wc.bytes = 0;
-    h3_wc.maxlen = 0;
-    h3_wc_bounds();
-    for (unsigned i = 0; i < H3_ARRAY_LEN(h3_wc.pages); i++)
-        atomic_store_explicit(&h3_wc.pages[i], 0, memory_order_relaxed);
+    h3_wc.orphans = left;
+    if (!records)
+        h3_wc_compact(gone);
+    else
+        h3_wc_bounds();
+}
+
+void h3_wcache_source_freed(uint64_t lo, uint64_t hi)
+{
+    if (atomic_load_explicit(&h3_hot.wc_held, memory_order_relaxed) == 0)
+        return;
+    pthread_mutex_lock(&h3_wc.lock);
+    bool any = false;
+    if (lo < h3_wc.all_hi && h3_wc.all_lo < hi)
+        for (unsigned i = 0; i < h3_wc.n; i++) {
+            struct h3_wc_entry *e = &h3_wc.e[i];
+            if (e->orphan || e->dst == 0 || !(e->src < hi && lo < e->src + 4 * e->n))
+                continue;
+            e->orphan = true, e->valid = false, any = true;
+            h3_wc.orphans++;
+            atomic_fetch_add_explicit(&h3_wc.orphaned, 1, memory_order_relaxed);
+        }
+    if (any)
+        h3_wc_bounds();
     pthread_mutex_unlock(&h3_wc.lock);
+}
+
+unsigned h3_wcache_release(int device, const void *ctx, bool free_memory)
+{
+    pthread_mutex_lock(&h3_wc.lock);
+    bool gone[H3_WC_MAX];
+    unsigned n = 0;
+    for (unsigned i = 0; i < h3_wc.n; i++) {
+        struct h3_wc_entry *e = &h3_wc.e[i];
+        gone[i] = (device < 0 || e->device == device || e->device < 0) && (ctx == NULL || e->ctx == ctx);
+        if (!gone[i])
+            continue;
+        n++;
+        if (e->orphan && e->dst != 0)
+            h3_wc.orphans--;
+        if (free_memory) {
+            h3_wc_free_copy(e);
+        } else {
+            h3_wc.bytes -= e->dst != 0 ? 2 * e->n : 0;
+            e->dst = 0, e->event = NULL; /* gone with its context */
+        }
+    }
+    h3_wc_compact(gone);
+    pthread_mutex_unlock(&h3_wc.lock);
+    return n;
 }
 
 void h3_wcache_after_fork_child(void)
@@ -801,11 +994,14 @@ void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
 {
     pthread_mutex_lock(&h3_wc.lock);
     unsigned n = h3_wc.n;
-    size_t bytes = h3_wc.bytes;
+    size_t bytes = h3_wc.bytes, peak = h3_wc.peak;
     pthread_mutex_unlock(&h3_wc.lock);
-    line("weight_cache: %u copies, %.1f MiB of GPU memory; %lu hits, %lu fills, %lu drops", n,
-         (double)bytes / (1 << 20), atomic_load(&h3_wc.hits), atomic_load(&h3_wc.fills),
+    line("weight_cache: %u copies, %.1f MiB of GPU memory (peak %.1f MiB); %lu hits, %lu fills, %lu drops", n,
+         (double)bytes / (1 << 20), (double)peak / (1 << 20), atomic_load(&h3_wc.hits), atomic_load(&h3_wc.fills),
          atomic_load(&h3_wc.drops));
+    unsigned long orphaned = atomic_load(&h3_wc.orphaned), reaped = atomic_load(&h3_wc.reaped);
+    if (orphaned != 0)
+        line("weight_cache: %lu copies whose source the program freed, %lu of them given back", orphaned, reaped);
     const char *fn = atomic_load(&h3_wc.first_drop_fn), *kernel = atomic_load(&h3_wc.first_drop_kernel);
     if (fn != NULL)
         line("weight_cache: the first drop was at %s%s%.160s", fn, kernel != NULL ? " of " : "",

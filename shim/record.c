@@ -355,6 +355,15 @@ void h3_desc_sync(struct h3_call *c, const void *stream, const void *dst, size_t
     c->u.sync.dst = dst;
     c->u.sync.bytes = bytes;
     c->u.sync.graph_exec = NULL;
+    c->u.sync.ctx = NULL;
+    c->u.sync.dev = -1;
+}
+
+void h3_desc_context(struct h3_call *c, const void *ctx, int dev)
+{
+    h3_desc_sync(c, NULL, NULL, 0);
+    c->u.sync.ctx = ctx;
+    c->u.sync.dev = dev;
 }
 
 void h3_desc_graph_launch(struct h3_call *c, const void *stream, const void *graph_exec)

@@ -30,14 +30,17 @@
  * rule is on, the engine runs a complete group at the thread's next
  * observed call instead of at its last launch (engine.c).
  *
- * Owns: the interposed report function, the switch (H3SHIM_SKIP_RELEASED)
- * and the counts of outputs left out.
+ * Owns: the interposed report function, the switch (H3SHIM_SKIP_RELEASED),
+ * the counts of outputs left out, and the table of the allocator's live
+ * blocks (which weight_cache asks where a parameter's block begins and
+ * ends, and tells when one it copied is freed).
  * Never: changes what the report function does for PyTorch, or leaves out
  * an output without a free logged after it was launched.
  */
 #include "h3shim.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 
 /* Validated: tests/evidence/2026-11-30-nvidia-h200-{swiglu,residual-rmsnorm}-kernel-left-out-d405362.json
  * and ...-qk-norm-rope-kernel-out-d94eff3.json (the kernels with those outputs passed as null),
@@ -59,6 +62,83 @@ H3_EXPORT void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, 
                                                                       struct h3_c10_device device);
 
 static atomic_bool h3_released_seen; /* a report about CUDA memory has come */
+
+/*
+ * The blocks the allocator has handed out and not taken back, so that
+ * weight_cache knows the whole block a parameter lies in (a flat buffer's
+ * parameters are views of one block, written through its base).  Open
+ * addressing on the block's address with backward-shift deletion; full (a
+ * process with more live blocks than room), it stops answering, and the
+ * caller falls back to the CUDA allocation.
+ */
+#define H3_BLOCKS_BITS 16
+#define H3_BLOCKS_CAP (1u << H3_BLOCKS_BITS)
+static struct {
+    pthread_mutex_t lock;
+    uint64_t ptr[H3_BLOCKS_CAP], size[H3_BLOCKS_CAP]; /* ptr 0: empty */
+    unsigned n;
+    bool lost; /* a block could not be entered: a miss proves nothing */
+} h3_blocks = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static inline unsigned h3_blocks_slot(uint64_t ptr)
+{
+    return (unsigned)(((ptr >> 9) * 0x9e3779b97f4a7c15ull) >> (64 - H3_BLOCKS_BITS));
+}
+
+static void h3_blocks_add(uint64_t ptr, uint64_t size)
+{
+    pthread_mutex_lock(&h3_blocks.lock);
+    if (h3_blocks.n >= H3_BLOCKS_CAP - H3_BLOCKS_CAP / 4) {
+        h3_blocks.lost = true;
+    } else {
+        unsigned i = h3_blocks_slot(ptr);
+        while (h3_blocks.ptr[i] != 0 && h3_blocks.ptr[i] != ptr)
+            i = (i + 1) & (H3_BLOCKS_CAP - 1);
+        h3_blocks.n += h3_blocks.ptr[i] == 0;
+        h3_blocks.ptr[i] = ptr, h3_blocks.size[i] = size;
+    }
+    pthread_mutex_unlock(&h3_blocks.lock);
+}
+
+static void h3_blocks_remove(uint64_t ptr)
+{
+    pthread_mutex_lock(&h3_blocks.lock);
+    unsigned i = h3_blocks_slot(ptr);
+    while (h3_blocks.ptr[i] != 0 && h3_blocks.ptr[i] != ptr)
+        i = (i + 1) & (H3_BLOCKS_CAP - 1);
+    if (h3_blocks.ptr[i] != 0) {
+        h3_blocks.n--;
+        /* Backward shift: move later members of the run into the hole. */
+        for (unsigned j = (i + 1) & (H3_BLOCKS_CAP - 1); h3_blocks.ptr[j] != 0; j = (j + 1) & (H3_BLOCKS_CAP - 1)) {
+            unsigned home = h3_blocks_slot(h3_blocks.ptr[j]);
+            bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+            if (movable) {
+                h3_blocks.ptr[i] = h3_blocks.ptr[j], h3_blocks.size[i] = h3_blocks.size[j];
+                i = j;
+            }
+        }
+        h3_blocks.ptr[i] = 0, h3_blocks.size[i] = 0;
+    }
+    pthread_mutex_unlock(&h3_blocks.lock);
+}
+
+bool h3_released_block(uint64_t addr, uint64_t *lo, uint64_t *hi)
+{
+    bool found = false;
+    pthread_mutex_lock(&h3_blocks.lock);
+    unsigned i = h3_blocks_slot(addr); /* most often the block's own address */
+    while (h3_blocks.ptr[i] != 0 && h3_blocks.ptr[i] != addr)
+        i = (i + 1) & (H3_BLOCKS_CAP - 1);
+    if (h3_blocks.ptr[i] == addr && addr != 0) {
+        *lo = addr, *hi = addr + h3_blocks.size[i], found = true;
+    } else if (!h3_blocks.lost) { /* a view inside a block: every block is looked at (once per copy made) */
+        for (unsigned k = 0; k < H3_BLOCKS_CAP && !found; k++)
+            if (h3_blocks.ptr[k] != 0 && h3_blocks.ptr[k] <= addr && addr - h3_blocks.ptr[k] < h3_blocks.size[k])
+                *lo = h3_blocks.ptr[k], *hi = h3_blocks.ptr[k] + h3_blocks.size[k], found = true;
+    }
+    pthread_mutex_unlock(&h3_blocks.lock);
+    return found;
+}
 static _Atomic(h3_c10_report_fn *) h3_c10_real;
 
 /* The real function, in the libc10.so the process loaded (PyTorch loads it
@@ -95,7 +175,17 @@ H3_EXPORT void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, 
                                     "in libc10.so: the caching allocator's reports go no further (a memory "
                                     "profiler misses them); the fused ops write every output");
     }
-    if (f != NULL && device.type == H3_C10_CUDA && atomic_load_explicit(&h3_hot.state, memory_order_acquire) == 1) {
+    int state = atomic_load_explicit(&h3_hot.state, memory_order_acquire);
+    if (device.type == H3_C10_CUDA && ptr != NULL && state != 2) { /* blocks from the first, parameters included */
+        if (alloc_size > 0)
+            h3_blocks_add((uint64_t)(uintptr_t)ptr, (uint64_t)alloc_size);
+        else if (alloc_size < 0)
+            h3_blocks_remove((uint64_t)(uintptr_t)ptr);
+    }
+    if (device.type == H3_C10_CUDA && alloc_size < 0 && ptr != NULL && state == 1 &&
+        atomic_load_explicit(&h3_hot.wc_held, memory_order_relaxed) != 0)
+        h3_wcache_source_freed((uint64_t)(uintptr_t)ptr, (uint64_t)(uintptr_t)ptr - (uint64_t)alloc_size);
+    if (f != NULL && device.type == H3_C10_CUDA && state == 1) {
         if (!atomic_load_explicit(&h3_released_seen, memory_order_relaxed))
             atomic_store_explicit(&h3_released_seen, true, memory_order_relaxed);
         if (alloc_size < 0 && ptr != NULL && atomic_load_explicit(&h3_hot.holding, memory_order_relaxed) != 0)

@@ -98,10 +98,37 @@ FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
     return CUDA_SUCCESS;
 }
 
+/* With FAKE_RANGE_BYTES=N, every address begins an allocation of N bytes. */
 FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 {
-    (void)base, (void)size, (void)p;
-    return CUDA_ERROR_NOT_FOUND;
+    const char *n = getenv("FAKE_RANGE_BYTES");
+    if (n == NULL)
+        return CUDA_ERROR_NOT_FOUND;
+    *base = p;
+    *size = (size_t)strtoull(n, NULL, 10);
+    return CUDA_SUCCESS;
+}
+
+/* The primary context's references: PyTorch's one, and another library's
+ * retains and releases. */
+static atomic_int fake_primary_refs = 1;
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
+{
+    (void)dev;
+    atomic_fetch_add(&fake_primary_refs, 1);
+    *ctx = (CUcontext)0xc0c0;
+    uint64_t words[1] = {(uint64_t)dev};
+    fakelog_call("cuda", "cuDevicePrimaryCtxRetain", 1, words, 0);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    (void)dev;
+    *flags = 0;
+    *active = atomic_load(&fake_primary_refs) > 0;
+    return CUDA_SUCCESS;
 }
 
 /* No context is current while FAKE_NO_CONTEXT is set. */
@@ -368,6 +395,10 @@ static const struct {
 static long long fake_behave(const char *fn, void **argp)
 {
     fake_capture_unsafe(fn);
+    if (strcmp(fn, "cuDevicePrimaryCtxRelease_v2") == 0) {
+        atomic_fetch_sub(&fake_primary_refs, 1);
+        return CUDA_SUCCESS;
+    }
     if (strncmp(fn, "cuGetProcAddress", 16) == 0) {
         const char *symbol = *(const char **)argp[0];
         void **pfn = *(void ***)argp[1];

@@ -166,6 +166,7 @@ static void fw_objects_make(uint64_t seed)
  * 2-D or 3-D copy's description, which must be a valid struct. */
 #define h3_desc_sync(c, stream, dst, bytes) ((void)0)
 #define h3_desc_graph_launch(c, stream, exec) ((void)0)
+#define h3_desc_context(c, ctx, dev) ((void)0)
 #define h3_desc_end_capture(c, stream, pgraph) ((pgraph) = (void *)&fw_obj.graph)
 /* The graph hooks' own work needs valid out-pointers; the fakes write them. */
 #define h3_graphs_instantiated_at(pexec, graph) ((pexec) = (void *)&fw_obj.graph_exec)
@@ -462,6 +463,8 @@ static void *fw_other_thread(void *arg)
     return NULL;
 }
 
+FAKE_EXPORT void fw_c10_report(uintptr_t ptr, long long size, int type);
+
 /* Makes the call fw_replay_with() inserts before a call on `stream`. */
 static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t ptr)
 {
@@ -507,6 +510,16 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
         return o.result;
     }
     case FW_INSERT_DEVICE_RESET: return cudaDeviceReset();
+    case FW_INSERT_CTX_PAIR: {
+        CUcontext ctx = NULL;
+        if (cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS)
+            return -1;
+        return cuDevicePrimaryCtxRelease_v2(0);
+    }
+    case FW_INSERT_CTX_RELEASE: return cuDevicePrimaryCtxRelease_v2(0);
+    case FW_INSERT_SWAP:
+        fw_c10_report(ptr, -64, 1);
+        return cudaFree((void *)ptr);
     case FW_INSERT_CAT:
     case FW_INSERT_CAT_INTO: {
         uint64_t out = what == FW_INSERT_CAT_INTO ? ptr : 0x7000, inputs[2] = {what == FW_INSERT_CAT ? ptr : 0x7100, 0};
@@ -570,6 +583,10 @@ FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *o
             tok[n++] = t;
         if ((n == 3 || n == 4) && strcmp(tok[0], "F") == 0) { /* a free an allocator reports; not a call */
             fw_c10_report((uintptr_t)strtoull(tok[1], NULL, 0), -strtoll(tok[2], NULL, 0), n == 4 ? atoi(tok[3]) : 1);
+            continue;
+        }
+        if (n == 3 && strcmp(tok[0], "A") == 0) { /* a block it hands out */
+            fw_c10_report((uintptr_t)strtoull(tok[1], NULL, 0), strtoll(tok[2], NULL, 0), 1);
             continue;
         }
         long long r = -1;

@@ -30,6 +30,11 @@ enum fw_insert {
     FW_INSERT_DEVICE_RESET, /* cudaDeviceReset */
     FW_INSERT_CAT,          /* a launch of PyTorch's cat kernel reading insert_ptr (an input) into 0x7000 */
     FW_INSERT_CAT_INTO,     /* the same writing into insert_ptr (the output) */
+    FW_INSERT_CTX_PAIR,     /* cuDevicePrimaryCtxRetain then cuDevicePrimaryCtxRelease_v2 of device 0 (another
+                               library's balanced use) */
+    FW_INSERT_CTX_RELEASE,  /* cuDevicePrimaryCtxRelease_v2 of device 0 (its last reference) */
+    FW_INSERT_SWAP,         /* the allocator reports the block at insert_ptr (64 bytes) freed, then cudaFree of
+                               it (del model; torch.cuda.empty_cache()) */
     FW_INSERT_COUNT
 };
 
