@@ -143,7 +143,7 @@ static void h3_groups_plan(struct h3_groups *g)
 /* The ranges (a bit per index in g->ranges) of the group starting at call
  * `first` whose op can run on this device; 0: the group is not held back.
  * An op that cannot run is counted as a fallback here, once per group. */
-static uint64_t h3_group_allowed(const struct h3_groups *g, uint32_t first)
+static uint64_t h3_group_allowed(const struct h3_groups *g, uint32_t first, bool count)
 {
     uint64_t allowed = 0;
     for (uint32_t c = first; c <= (uint32_t)g->at[first].last; c++) {
@@ -152,12 +152,23 @@ static uint64_t h3_group_allowed(const struct h3_groups *g, uint32_t first)
             continue;
         const struct h3_op *op = g->ranges[r].op;
         const char *why = h3_op_check(op);
-        if (why != NULL)
+        if (why != NULL && count)
             h3_op_fallback(op, why);
-        else
+        else if (why == NULL)
             allowed |= 1ull << r;
     }
     return allowed;
+}
+
+/* How many ranges the ops planned in the group starting at call `first`. */
+static unsigned h3_group_ranges(const struct h3_groups *g, uint32_t first)
+{
+    unsigned n = 0;
+    for (uint32_t c = first; c <= (uint32_t)g->at[first].last; c++) {
+        int32_t r = g->at[c].claim_at;
+        n += r >= 0 && g->ranges[r].first == c;
+    }
+    return n;
 }
 
 static void h3_groups_build(void)
@@ -711,6 +722,34 @@ static bool h3_call_deferrable(const struct h3_call *c)
 }
 
 static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q);
+
+/*
+ * Signatures that share their first calls (the block as inference_mode
+ * runs it, and as the serving pipeline's autocast cast cache leaves its
+ * buffers) are matched side by side, and a held group belongs to the first
+ * that matched its calls.  When that one breaks at call `j` and call `c`
+ * continues another, `g`, at the same place, that one matched every held
+ * call too (both advanced call by call from the same start): the queue is
+ * its group now, with the ranges its ops planned.  Not while an anchored op
+ * waits for its library call, unless `g` has one there too.  Locked.
+ */
+static bool h3_queue_adopt(struct h3_queue *q, const struct h3_call *c, const struct h3_groups *g, uint32_t j)
+{
+    if (g == NULL || c->match_sig == NULL || q->next != j || q->stream != c->stream || q->complete || j == 0)
+        return false;
+    int32_t first = q->groups->at[j - 1].first;
+    if (first < 0 || g->at[j - 1].first != first || q->n != j - (uint32_t)first)
+        return false;
+    uint64_t allowed = h3_group_allowed(g, (uint32_t)first, false);
+    if (q->awaiting) {
+        const struct h3_op_range *anchored = h3_group_anchor(g, j - 1);
+        if (anchored == NULL || !((allowed >> (anchored - g->ranges)) & 1))
+            return false;
+    }
+    q->groups = g;
+    q->allowed = allowed;
+    return true;
+}
 static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h3_groups *g, uint32_t j, bool starts,
                            uint64_t allowed);
 
@@ -812,7 +851,8 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
     uint32_t j = c->match_call;
     bool grouped = g != NULL && g->at[j].first >= 0;
     if (q != NULL && q->n > 0) {
-        bool continues = q->groups->sig == c->match_sig && q->next == j && q->stream == c->stream;
+        bool continues = (q->groups->sig == c->match_sig || h3_queue_adopt(q, c, g, j)) && q->next == j &&
+                         q->stream == c->stream;
         if (continues && q->awaiting) /* the library call an op waited for */
             return h3_group_run(q, c, c);
         if (!continues)
@@ -825,7 +865,23 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
     bool starts = (uint32_t)g->at[j].first == j;
     if (!starts && (q == NULL || q->n == 0))
         return false; /* the group's first calls were issued already */
-    uint64_t allowed = starts ? h3_group_allowed(g, j) : 0;
+    uint64_t allowed = starts ? h3_group_allowed(g, j, false) : 0;
+    /* The call begins several signatures' attempts (variants of one block):
+     * the group is held for the first whose ops can take it (else for the
+     * one whose ops plan the most there, whose fallbacks are counted); if
+     * that one breaks later, another that matched the same calls adopts it. */
+    unsigned planned = starts ? h3_group_ranges(g, j) : 0;
+    for (unsigned s = 0; starts && allowed == 0 && j == 0 && s < 8; s++) {
+        const struct h3_groups *other = (c->match_starts >> s) & 1 ? h3_groups_of(h3_signatures_get(s)) : NULL;
+        if (other == NULL || other == g || other->at[0].first != 0)
+            continue;
+        uint64_t a = h3_group_allowed(other, 0, false);
+        unsigned p = h3_group_ranges(other, 0);
+        if (a != 0 || p > planned)
+            g = other, allowed = a, planned = p, c->match_sig = other->sig;
+    }
+    if (starts)
+        h3_group_allowed(g, j, true); /* its ops that cannot run here are counted, once */
     if ((starts && allowed == 0) || !h3_call_deferrable(c))
         return false;
     bool created = q == NULL;

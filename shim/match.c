@@ -45,6 +45,7 @@ static struct h3_match_counts h3_match_counts[H3_MATCH_MAX_SIGS];
 static void h3_match_count_break(unsigned s, const char *why, uint32_t at);
 static bool h3_match_gemm_shape(const struct h3_sig *sig, const struct h3_lt_desc *lt);
 static void h3_match_count_lookalike(unsigned s);
+static bool h3_match_first_warning(unsigned s);
 
 static pthread_key_t h3_match_key;
 static pthread_once_t h3_match_key_once = PTHREAD_ONCE_INIT;
@@ -260,7 +261,7 @@ static void h3_match_count_lookalike(unsigned s)
 {
     unsigned long n = atomic_fetch_add_explicit(&h3_match_counts[s].lookalike, 1, memory_order_relaxed) + 1;
     if (n == 4 * H3_MATCH_WARN_AFTER && atomic_load(&h3_match_counts[s].complete) == 0 &&
-        atomic_load(&h3_match_counts[s].broken) < H3_MATCH_WARN_AFTER) {
+        atomic_load(&h3_match_counts[s].broken) < H3_MATCH_WARN_AFTER && h3_match_first_warning(s)) {
         const struct h3_sig *sig = h3_signatures_get(s);
         H3_WARN(H3_SUB_HOOK,
                 "signature %s/%s (%s): %d GEMMs with its shapes were made but none of its instances began (its "
@@ -272,6 +273,18 @@ static void h3_match_count_lookalike(unsigned s)
     }
 }
 
+/* Whether signature `s` may warn now: no signature of its model has, since
+ * one warning a model is enough (its variants break alike). */
+static bool h3_match_first_warning(unsigned s)
+{
+    static atomic_uint warned; /* a bit per signature */
+    const struct h3_sig *sig = h3_signatures_get(s);
+    for (unsigned o = 0; o < h3_signatures_count() && o < H3_MATCH_MAX_SIGS; o++)
+        if (((atomic_load(&warned) >> o) & 1) && strcmp(h3_signatures_get(o)->model, sig->model) == 0)
+            return false;
+    return !((atomic_fetch_or(&warned, 1u << s) >> s) & 1);
+}
+
 /* Counts a break of signature `s`'s instance in progress, and why. */
 static void h3_match_count_break(unsigned s, const char *why, uint32_t at)
 {
@@ -279,15 +292,49 @@ static void h3_match_count_break(unsigned s, const char *why, uint32_t at)
     if (atomic_compare_exchange_strong(&h3_match_counts[s].first_break, &expected, why))
         atomic_store(&h3_match_counts[s].first_break_call, at);
     unsigned long broken = atomic_fetch_add_explicit(&h3_match_counts[s].broken, 1, memory_order_relaxed) + 1;
-    if (broken == H3_MATCH_WARN_AFTER && atomic_load(&h3_match_counts[s].complete) == 0) {
-        const struct h3_sig *sig = h3_signatures_get(s);
-        H3_WARN(H3_SUB_HOOK,
-                "signature %s/%s (%s): %d attempts to match it broke and none completed (first break: %s at "
-                "call %u); this process's calls differ from the recording (another PyTorch, CUDA or GPU?), so "
-                "nothing it covers is fused. Record it again for this build (signatures/README.md)",
-                sig->model, sig->group, sig->path, H3_MATCH_WARN_AFTER, atomic_load(&h3_match_counts[s].first_break),
-                atomic_load(&h3_match_counts[s].first_break_call));
+    if (broken != H3_MATCH_WARN_AFTER || atomic_load(&h3_match_counts[s].complete) != 0)
+        return;
+    /* A signature of the same model that completes covers this process
+     * (the same block as another mode of the program runs it), and one
+     * warning a model is enough: its variants break alike. */
+    const struct h3_sig *sig = h3_signatures_get(s);
+    bool covered = false;
+    for (unsigned o = 0; o < h3_signatures_count() && o < H3_MATCH_MAX_SIGS; o++)
+        covered |= atomic_load(&h3_match_counts[o].complete) != 0 &&
+                   strcmp(h3_signatures_get(o)->model, sig->model) == 0;
+    if (covered || !h3_match_first_warning(s)) {
+        H3_INFO(H3_SUB_HOOK, "signature %s/%s: %d attempts broke (first: %s at call %u)%s", sig->model, sig->group,
+                H3_MATCH_WARN_AFTER, atomic_load(&h3_match_counts[s].first_break),
+                atomic_load(&h3_match_counts[s].first_break_call),
+                covered ? "; another signature of the model covers this process" : "");
+        return;
     }
+    /* Of the model's signatures, the one whose attempts got furthest says why. */
+    unsigned w = s;
+    for (unsigned o = 0; o < h3_signatures_count() && o < H3_MATCH_MAX_SIGS; o++)
+        if (atomic_load(&h3_match_counts[o].first_break) != NULL &&
+            strcmp(h3_signatures_get(o)->model, sig->model) == 0 &&
+            atomic_load(&h3_match_counts[o].first_break_call) > atomic_load(&h3_match_counts[w].first_break_call))
+            w = o;
+    sig = h3_signatures_get(w);
+    const char *first = atomic_load(&h3_match_counts[w].first_break);
+    unsigned call = atomic_load(&h3_match_counts[w].first_break_call);
+    if (first != NULL && strcmp(first, "wiring") == 0)
+        /* Every kernel and byte as recorded: the same build, run so that
+         * its tensors live and die otherwise than when it was recorded. */
+        H3_WARN(H3_SUB_HOOK,
+                "signature %s/%s (%s): %d attempts to match it broke and none completed (first break: wiring at "
+                "call %u): the calls are the recorded ones but their buffers are wired otherwise (the program "
+                "keeps or frees tensors otherwise than the recorded one: autocast's cast cache, grad mode, hooks, "
+                "a graph's memory pool), so nothing it covers is fused. A signature recorded from this program "
+                "would cover it (signatures/README.md)",
+                sig->model, sig->group, sig->path, H3_MATCH_WARN_AFTER, call);
+    else
+        H3_WARN(H3_SUB_HOOK,
+                "signature %s/%s (%s): %d attempts to match it broke and none completed (first break: %s at call "
+                "%u); this process's calls differ from the recording (another PyTorch, CUDA or GPU?), so nothing "
+                "it covers is fused. Record it again for this build (signatures/README.md)",
+                sig->model, sig->group, sig->path, H3_MATCH_WARN_AFTER, first, call);
 }
 
 static bool h3_match_wants_matmul_on(const struct h3_matcher *m, const void *stream, bool any_stream)
@@ -371,11 +418,23 @@ void h3_match_call(struct h3_call *c)
     struct h3_matcher *m = h3_matcher_get();
     if (m == NULL)
         return;
+    /* The call is the one of the first signature whose attempt it
+     * continues; else of the first whose attempt it begins (the block's
+     * second norm looks like its first, and must not take the call from the
+     * attempt in progress). */
     const char *reason = "no_match";
+    bool continued = false;
     for (unsigned s = 0; s < m->nsigs; s++) {
+        bool was = m->p[s].next > 0;
         const char *r = h3_match_advance(s, &m->p[s], c);
-        if (r != NULL && strcmp(reason, "no_match") == 0 && strcmp(r, "other_stream") != 0) {
+        if (r == NULL || strcmp(r, "other_stream") == 0)
+            continue;
+        bool continues = was && (m->p[s].next != 1 || m->p[s].sig->ncalls == 1 || strcmp(r, "group_complete") == 0);
+        if (!continues && s < 8)
+            c->match_starts |= (uint8_t)(1u << s);
+        if (strcmp(reason, "no_match") == 0 || (continues && !continued)) {
             reason = r;
+            continued = continues;
             c->match_sig = m->p[s].sig;
             c->match_call = m->p[s].next == 0 ? m->p[s].sig->ncalls - 1 : m->p[s].next - 1;
         }

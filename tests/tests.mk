@@ -106,6 +106,12 @@ $(B)/tests/h3-block1-%-replay.txt: tests/record/data/h3-block1-h200-torch2.11-%.
 	@mkdir -p $(@D)
 	python3 scripts/trace_replay.py $< -o $@
 ALIAS_REPLAYS += $(B)/tests/h3-block1-cuda1-replay.txt $(B)/tests/h3-block1-thread-replay.txt
+# The block as the serving pipeline runs it (serve.py --mode serving, traced on the H200 by
+# tests/gpu/record_serving.sh): each request's first tile casts its weights, its later tiles do not.
+$(B)/tests/h3-serving3-%-replay.txt: tests/record/data/h3-serving3-h200-torch2.11-%.jsonl.gz scripts/trace_replay.py
+	@mkdir -p $(@D)
+	python3 scripts/trace_replay.py $< -o $@
+ALIAS_REPLAYS += $(B)/tests/h3-serving3-a-replay.txt
 # The block stream with the frees PyTorch's caching allocator reports (F lines):
 # where the block's code makes them, moved before the groups that made the tensors, and
 # reported for a CPU device; and with the GEMMs' weight and bias casts freed after each GEMM.

@@ -27,6 +27,8 @@ V1 = DATA / "h3-block3-h200-torch2.11.jsonl.gz"
 V2 = DATA / "h3-block3-h200-torch2.11-v2.jsonl.gz"
 V3 = DATA / "h3-block3-h200-torch2.11-quick.jsonl.gz"  # another command: other uninitialised bytes
 COMMITTED = ROOT / "signatures" / "h3-block-torch2.11.0+cu130-sm90.sig"
+# serve.py --mode serving, traced by tests/gpu/record_serving.sh (two processes of one command, one of another).
+SERVING = [DATA / f"h3-serving3-h200-torch2.11-{t}.jsonl.gz" for t in "abc"]
 META = ["--torch", "2.11.0+cu130", "--cuda", "13000", "--sm", "90", "--cublaslt", "130100", "--cudnn", "91900"]
 
 sys.path.insert(0, str(SCRIPT.parent))
@@ -347,6 +349,20 @@ class RealTraces(unittest.TestCase):
                          "signatures/ is stale: regenerate it with the command in signatures/README.md")
         calls = validate(outputs[0].decode())
         self.assertEqual(len(calls), 42)
+
+    def test_serving_signatures_are_current(self):
+        # The block as the serving pipeline runs it: a request's first tile
+        # (42 calls, its casts kept by autocast's cache) and its later ones (34).
+        for name, length in (("first", 42), ("cached", 34)):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) / "s.sig"
+                r = run_cli(*SERVING, *META, "--length", str(length), "--group", f"block-serving-{name}",
+                            "--created", "2026-12-01", "-o", out)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                committed = ROOT / "signatures" / f"h3-block-serving-{name}-torch2.11.0+cu130-sm90.sig"
+                self.assertEqual(out.read_bytes(), committed.read_bytes(),
+                                 f"{committed.name} is stale: regenerate it (signatures/README.md)")
+                self.assertEqual(len(validate(out.read_text())), length)
 
     @unittest.skipUnless((ROOT / "build" / "h3sig").exists(), "build/h3sig is not built (make)")
     def test_committed_signature_passes_h3sig(self):

@@ -27,6 +27,7 @@
 #define T_REPLAY_FREES_CPU "build/tests/h3-block3-frees-cpu.txt"
 #define T_REPLAY_FREES_CASTS "build/tests/h3-block3-frees-casts.txt"
 #define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
+#define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
 
@@ -1891,6 +1892,39 @@ START_TEST(weight_cache_drops_a_copy_a_write_through_its_flat_buffer_may_reach)
 }
 END_TEST
 
+/* The block as the serving pipeline runs it (no_grad, the parameters
+ * requiring grad, one autocast region a request), traced on the H200: the
+ * first tile of each of three requests casts its weights (9 blocks, the
+ * casts kept by autocast's cache), the second casts none (9 blocks).  With
+ * every signature loaded, each block is recognised by its own and every op
+ * that applies runs in every block; weight_cache's GEMMs read copies, and
+ * every cast of a weight PyTorch made is still made into its own buffer
+ * (nothing frees them). */
+START_TEST(the_serving_modes_blocks_fuse_and_keep_every_cast)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    t_run.replay = T_REPLAY_SERVING;
+    char *base = replay_with("serving-base", t_disabled, NULL);
+    char *stats;
+    char *log = replay_with("serving", env, &stats);
+    t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "signature minimax-h3-vae-decoder/block-serving-first: 9 complete") != NULL,
+                  "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "signature minimax-h3-vae-decoder/block-serving-cached: 9 complete") != NULL,
+                  "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op qk_norm_rope 18 groups run") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op swiglu       18 groups run") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op norm_cast    18 groups run") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op residual_norm 36 groups run") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "owed writes: 72 made into the program's buffers") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "WARN") == NULL, "%s", tail_of(stats));
+    free(stats), free(log), free(base);
+}
+END_TEST
+
 /* The lines of `log` between the n-th and the (n+1)-th line starting with `prefix` (1-based). */
 static char *lines_between(const char *log, const char *prefix, int n)
 {
@@ -2256,6 +2290,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, an_op_falls_back_while_another_in_its_group_runs);
     tcase_add_test(ops, qk_norm_rope_replaces_the_18_launches_of_q_and_k);
     tcase_add_test(ops, all_ops_share_the_block);
+    tcase_add_test(ops, the_serving_modes_blocks_fuse_and_keep_every_cast);
     tcase_add_test(ops, planners_survive_mutated_signatures);
     tcase_add_test(ops, ops_leave_out_what_the_allocator_freed);
     tcase_add_test(ops, frees_before_a_launch_or_switched_off_leave_nothing_out);
