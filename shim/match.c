@@ -209,8 +209,7 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
             if (++p->next < p->sig->ncalls)
                 return "group_call";
             p->next = 0;
-            atomic_fetch_add_explicit(&h3_match_counts[s].complete, 1, memory_order_relaxed);
-            return "group_complete";
+            return "group_complete"; /* counted by h3_match_call, for one signature an instance */
         }
         h3_match_count_break(s, why, p->next);
         p->next = 0;
@@ -229,10 +228,8 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
             h3_match_count_lookalike(s);
         return NULL;
     }
-    if (p->sig->ncalls == 1) {
-        atomic_fetch_add_explicit(&h3_match_counts[s].complete, 1, memory_order_relaxed);
+    if (p->sig->ncalls == 1)
         return "group_complete";
-    }
     p->stream = c->stream;
     p->next = 1;
     return "group_call";
@@ -424,6 +421,7 @@ void h3_match_call(struct h3_call *c)
      * attempt in progress). */
     const char *reason = "no_match";
     bool continued = false;
+    unsigned chosen = 0;
     for (unsigned s = 0; s < m->nsigs; s++) {
         bool was = m->p[s].next > 0;
         const char *r = h3_match_advance(s, &m->p[s], c);
@@ -435,10 +433,15 @@ void h3_match_call(struct h3_call *c)
         if (strcmp(reason, "no_match") == 0 || (continues && !continued)) {
             reason = r;
             continued = continues;
+            chosen = s;
             c->match_sig = m->p[s].sig;
             c->match_call = m->p[s].next == 0 ? m->p[s].sig->ncalls - 1 : m->p[s].next - 1;
         }
     }
+    /* Signatures that begin alike may complete the same instance: it is
+     * counted once, for the one the call belongs to. */
+    if (strcmp(reason, "group_complete") == 0)
+        atomic_fetch_add_explicit(&h3_match_counts[chosen].complete, 1, memory_order_relaxed);
     c->reason = reason;
     h3_match_note_expectation(m);
 }

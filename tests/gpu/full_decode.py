@@ -9,7 +9,7 @@ block call of every decode (warm-up included) must be recognised and each of
 its groups run by the op.
 
     python3 tests/gpu/full_decode.py [--latent 1,24,37,32,48] [--requests 2] [--rounds 2]
-        [--arms A,S,G,SG,R,RG] [--tag SUFFIX]
+        [--arms A,S,G,SG,R,RG] [--mode serving|inference] [--tag SUFFIX]
 
 A runs always, and G whenever a CUDA-graph arm does (its speed-up's reference).
 """
@@ -32,12 +32,13 @@ import shimstats  # noqa: E402  (beside this script)
 DEFAULT_OPS = ["swiglu", "weight_cache", "norm_cast", "residual_norm", "qk_norm_rope"]
 
 
-def run_arm(latent, requests, shim, graphs, shim_env):
+def run_arm(latent, requests, shim, graphs, shim_env, mode="serving"):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     if shim:
         env["LD_PRELOAD"] = shim
         env.update(shim_env, H3SHIM_STATS="1")
-    cmd = [sys.executable, SERVE, "--latent", latent, "--requests", str(requests), "--same-latent", "--json"]
+    cmd = [sys.executable, SERVE, "--latent", latent, "--requests", str(requests), "--same-latent", "--json",
+           "--mode", mode]
     if graphs:
         cmd.append("--cuda-graphs")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -60,6 +61,8 @@ def main():
                          "graphs; K and KG: the defaults with H3SHIM_SKIP_RELEASED=0, every output written)")
     ap.add_argument("--ops", default="swiglu", help="H3SHIM_OPS of arms O and OG")
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
+    ap.add_argument("--mode", default="serving", choices=["serving", "inference"],
+                    help="serve.py --mode: the serving pipeline's (default) or inference_mode")
     ap.add_argument("--shim-b", help="another build of the shim: arm P runs it eager with H3SHIM_OPS=--ops, "
                                      "alternating with O, to compare two builds in one run")
     a = ap.parse_args()
@@ -78,9 +81,10 @@ def main():
     docs = {k: [] for k in arms}
     for _ in range(a.rounds):
         for name, (shim, graphs, shim_env) in arms.items():
-            docs[name].append(run_arm(a.latent, a.requests, shim, graphs, shim_env))
+            docs[name].append(run_arm(a.latent, a.requests, shim, graphs, shim_env, a.mode))
     ref = None
-    result = {"latent": a.latent, "requests_per_process": a.requests, "rounds": a.rounds, "arms": {}}
+    result = {"latent": a.latent, "mode": a.mode, "requests_per_process": a.requests, "rounds": a.rounds,
+              "arms": {}}
     ok = True
     for name, runs in docs.items():
         errors = [r["error"] for r in runs if "error" in r]
@@ -134,7 +138,8 @@ def main():
     plan = result.get("plan", {})
     lines = [f"# Full H3 decode, {env.get('gpu', '?')}, {datetime.date.today().isoformat()}", "",
              f"latent [{a.latent}]: {plan.get('vit_calls')} ViT calls, {plan.get('block_calls')} block calls, "
-             f"{plan.get('frames')} frames of {plan.get('height')}x{plan.get('width')}; torch {env.get('torch')}; "
+             f"{plan.get('frames')} frames of {plan.get('height')}x{plan.get('width')}; serve.py --mode {a.mode}; "
+             f"torch {env.get('torch')}; "
              f"{a.rounds} rounds x {a.requests} requests per arm, arms alternating; speed-ups against the "
              "unshimmed arm of the same mode. S/SG: the shim with its defaults; R/RG: the replay op holds back "
              f"and replays every group; O/OG: H3SHIM_OPS={a.ops}"

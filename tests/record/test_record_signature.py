@@ -359,7 +359,7 @@ class RealTraces(unittest.TestCase):
                 r = run_cli(*SERVING, *META, "--length", str(length), "--group", f"block-serving-{name}",
                             "--created", "2026-12-01", "-o", out)
                 self.assertEqual(r.returncode, 0, r.stderr)
-                committed = ROOT / "signatures" / f"h3-block-serving-{name}-torch2.11.0+cu130-sm90.sig"
+                committed = ROOT / "signatures" / f"h3-serving-block-{name}-torch2.11.0+cu130-sm90.sig"
                 self.assertEqual(out.read_bytes(), committed.read_bytes(),
                                  f"{committed.name} is stale: regenerate it (signatures/README.md)")
                 self.assertEqual(len(validate(out.read_text())), length)
