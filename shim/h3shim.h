@@ -843,6 +843,12 @@ int h3_wcache_graphs_switch(void);
  * context is still alive), else leaving them (it is gone, and its memory
  * with it).  Returns how many it forgot. */
 unsigned h3_wcache_release(int device, const void *ctx, bool free_memory);
+/* CUDA memory at `ptr` can be written by other processes (its IPC handle
+ * was made, or it is another process's, opened): the copies of sources in
+ * its allocation are never used again, and none is made there; with
+ * `pptr`, the pointer is read from where the call wrote it. */
+void h3_wcache_shared(uint64_t ptr);
+void h3_wcache_shared_at(const void *pptr);
 /* The allocator freed [lo, hi) (released.c): a copy whose source it held
  * is never used again, and its memory goes at the next safe point. */
 void h3_wcache_source_freed(uint64_t lo, uint64_t hi);

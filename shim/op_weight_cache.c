@@ -76,6 +76,9 @@ static struct {
     unsigned n;
     size_t bytes, peak;
     unsigned orphans; /* entries whose source was freed and whose memory is still held */
+    struct h3_span shared[64]; /* memory other processes can write (IPC) */
+    unsigned nshared;
+    bool shared_unknown;       /* some such memory whose extent is not known: no copy at all */
     uint64_t all_lo, all_hi; /* the sources of every entry with memory (h3_wcache_source_freed's test) */
     /* The 2 MiB pages that hold a source, hashed into 2^16 bits: set when an
      * entry is made, cleared only when every entry goes, so read without the
@@ -377,6 +380,24 @@ static void h3_wc_anywhere_init(void)
             h3_wc_anywhere[fn] |= h3_hooks[fn].kind == H3_KIND_SYNC && strstr(h3_hooks[fn].name, kinds[i]) != NULL;
 }
 
+/* The parameter buffer of a driver launch's `extra` list (pairs of a key
+ * and a value up to CU_LAUNCH_PARAM_END); false for a list the shim does
+ * not know every key of. */
+static bool h3_wc_extra_buffer(void **extra, const void **buf, size_t *size)
+{
+    for (unsigned i = 0; i < 64; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_END)
+            return *buf != NULL;
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            *buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1] != NULL)
+            *size = *(const size_t *)extra[i + 1];
+        else
+            return false;
+    }
+    return false;
+}
+
 /* Tells `k` what call `c` may write (its launch parameters' words, its
  * library outputs, its copy or memset destination, a free's allocation). */
 /* Inlined, so that at each call the sink is a constant (no indirect call per
@@ -418,7 +439,26 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
             lo = atomic_load_explicit(&h3_hot.wc_lo, memory_order_relaxed);
             span = atomic_load_explicit(&h3_hot.wc_hi, memory_order_relaxed) - lo;
         }
+        if (c->args == NULL && c->extra != NULL) {
+            /* The driver's packed form: one buffer of all the parameters. */
+            const void *buf = NULL;
+            size_t size = 0;
+            bool known = h3_wc_extra_buffer(c->extra, &buf, &size);
+            for (size_t off = 0; known && buf != NULL && off + 8 <= size; off += 8) {
+                uint64_t v;
+                memcpy(&v, (const char *)buf + off, 8);
+                if (!k->in_sources || v - lo < span)
+                    k->word(k->arg, v);
+            }
+            if (!known)
+                k->range(k->arg, 0, UINT64_MAX); /* a form the shim cannot read: it may write anywhere */
+            return;
+        }
         uint32_t nparams = c->kernel != NULL && c->kernel->writes_first_param_only && c->nparams > 1 ? 1 : c->nparams;
+        if (c->kernel == NULL || (c->args == NULL && c->nparams > 0)) {
+            k->range(k->arg, 0, UINT64_MAX); /* parameters it cannot read: it may write anywhere */
+            return;
+        }
         for (uint32_t p = 0; c->args != NULL && c->param_sizes != NULL && p < nparams; p++)
             for (uint32_t off = 0; off + 8 <= c->param_sizes[p]; off += 8) {
                 uint64_t v;
@@ -611,6 +651,11 @@ static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void 
     }
     if (h3_wc.orphans > 0)
         h3_wc_reap();
+    for (unsigned i = 0; i < h3_wc.nshared || h3_wc.shared_unknown; i++)
+        if (h3_wc.shared_unknown || h3_spans_overlap(h3_wc.shared[i], (struct h3_span){src, src + 4 * n})) {
+            *why = "shared_memory"; /* other processes may write it: their writes are not seen */
+            return NULL;
+        }
     if (h3_wc.n == H3_WC_MAX || h3_wc.bytes + bytes > (size_t)h3_config.weight_cache_max_mb << 20) {
         H3_WARN_ONCE(H3_SUB_ENGINE, "weight_cache: the copies reached H3SHIM_WEIGHT_CACHE_MAX_MB=%ld; the GEMMs "
                                     "of weights beyond it cast them on every call, as without the shim",
@@ -958,6 +1003,31 @@ void h3_wcache_source_freed(uint64_t lo, uint64_t hi)
     if (any)
         h3_wc_bounds();
     pthread_mutex_unlock(&h3_wc.lock);
+}
+
+void h3_wcache_shared(uint64_t ptr)
+{
+    __typeof__(&cuMemGetAddressRange_v2) range = H3_LIB_FN(CUDA, cuMemGetAddressRange_v2);
+    CUdeviceptr base;
+    size_t size;
+    bool known = ptr != 0 && range != NULL && range(&base, &size, (CUdeviceptr)ptr) == CUDA_SUCCESS;
+    pthread_mutex_lock(&h3_wc.lock);
+    if (known && h3_wc.nshared < H3_ARRAY_LEN(h3_wc.shared))
+        h3_wc.shared[h3_wc.nshared++] = (struct h3_span){base, base + size};
+    else
+        h3_wc.shared_unknown = true;
+    pthread_mutex_unlock(&h3_wc.lock);
+    H3_INFO(H3_SUB_ENGINE, "weight_cache: memory at %#llx can be written by other processes (IPC): no copy of "
+                           "a source there", (unsigned long long)ptr);
+    h3_wcache_source_freed(known ? base : 0, known ? base + size : UINT64_MAX);
+}
+
+void h3_wcache_shared_at(const void *pptr)
+{
+    uint64_t p = 0;
+    if (pptr != NULL)
+        memcpy(&p, pptr, sizeof(p));
+    h3_wcache_shared(p);
 }
 
 unsigned h3_wcache_release(int device, const void *ctx, bool free_memory)

@@ -65,6 +65,7 @@ struct fw_objects {
     CUDA_MEMCPY3D_PEER copy3d_peer;
     void *graph_exec; /* where an instantiation writes its executable graph */
     void *graph;      /* where an end of capture writes its graph */
+    uint64_t ipc_ptr; /* where an IPC handle's opening writes the pointer */
 };
 static _Thread_local struct fw_objects fw_obj;
 
@@ -171,6 +172,8 @@ static void fw_objects_make(uint64_t seed)
 /* The graph hooks' own work needs valid out-pointers; the fakes write them. */
 #define h3_graphs_instantiated_at(pexec, graph) ((pexec) = (void *)&fw_obj.graph_exec)
 #define h3_graphs_exec_gone(exec) ((void)0)
+#define h3_wcache_shared(ptr) ((void)0)
+#define h3_wcache_shared_at(pptr) (pptr = (void *)&fw_obj.ipc_ptr)
 #define h3_graphs_graph_gone(graph) ((void)0)
 #define h3_graphs_graphs_changed() ((void)0)
 #define h3_desc_copy2d(c, stream, p) (p = &fw_obj.copy2d)
@@ -517,6 +520,16 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
         return cuDevicePrimaryCtxRelease_v2(0);
     }
     case FW_INSERT_CTX_RELEASE: return cuDevicePrimaryCtxRelease_v2(0);
+    case FW_INSERT_KERNEL_EXTRA: {
+        uint64_t buf[4] = {ptr, 0, 0, 0}; /* sizes 8, 4 and 16: 32 bytes with the 16-byte alignment */
+        size_t size = sizeof(buf);
+        void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+        return cuLaunchKernel((CUfunction)&fw_kernel, 1, 1, 1, 1, 1, 1, 0, (CUstream)stream, NULL, extra);
+    }
+    case FW_INSERT_IPC_EXPORT: {
+        cudaIpcMemHandle_t h;
+        return cudaIpcGetMemHandle(&h, (void *)ptr);
+    }
     case FW_INSERT_SWAP:
         fw_c10_report(ptr, -64, 1);
         return cudaFree((void *)ptr);

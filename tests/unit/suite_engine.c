@@ -52,7 +52,7 @@ static struct {
  * by name (their descriptors are made per call), anything else with its
  * arguments.  The entry points' own launch records are left out (the
  * argument array a held-back launch passes is a copy), and so are lookups
- * (cuGetProcAddress), a primary context's retain, and cuBLASLt descriptors being built or set (the shim
+ * (cuGetProcAddress), a primary context's retain, an IPC handle's making, and cuBLASLt descriptors being built or set (the shim
  * sets the bias of a GEMM it makes on weight copies): they submit nothing,
  * never flush, and so may come before launches held back earlier. */
 static void write_log(const char *path)
@@ -64,7 +64,7 @@ static void write_log(const char *path)
         if (strncmp(e.fn, "__cudaLaunchKernel", 18) == 0 || strncmp(e.fn, "cudaLaunchKernel", 16) == 0 ||
             strncmp(e.fn, "cuLaunchKernel", 14) == 0 || strncmp(e.fn, "cuGetProcAddress", 16) == 0 ||
             strncmp(e.fn, "cublasLtMatmulDesc", 18) == 0 || strncmp(e.fn, "cublasLtMatrixLayout", 20) == 0 ||
-            strcmp(e.fn, "cuDevicePrimaryCtxRetain") == 0 ||
+            strcmp(e.fn, "cuDevicePrimaryCtxRetain") == 0 || strcmp(e.fn, "cudaIpcGetMemHandle") == 0 ||
             (strcmp(e.fn, "cuStreamIsCapturing") == 0 && getenv("T_LOG_CAPTURE_QUERIES") == NULL))
             continue;
         fprintf(f, "%s", e.fn);
@@ -393,7 +393,8 @@ END_TEST
 
 static const char *const t_insert_names[FW_INSERT_COUNT] = {
     "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream", "nccl", "copy_2d", "callback",
-    "other_thread", "device_reset", "cat", "cat_into", "ctx_pair", "ctx_release", "swap",
+    "other_thread", "device_reset", "cat", "cat_into", "ctx_pair", "ctx_release", "swap", "kernel_extra",
+    "ipc_export",
 };
 
 /* The groups of the instance that a call inserted before its call p
@@ -407,6 +408,8 @@ static int groups_lost(enum fw_insert what, int p)
         int first = j;
         while (first > 0 && t_block.last[first - 1] == j)
             first--;
+        if (what == FW_INSERT_IPC_EXPORT) /* a configuration call: it neither submits nor synchronises */
+            continue;
         if (what == FW_INSERT_OTHER_STREAM || what == FW_INSERT_OTHER_THREAD)
             lost += first < p && p <= j; /* flushed, the instance goes on */
         else
@@ -1799,6 +1802,31 @@ START_TEST(weight_cache_lets_go_of_its_copies_when_the_device_is_reset)
 }
 END_TEST
 
+/* A driver launch whose parameters come packed in `extra` (the driver's
+ * other form), pointing into the fifth instance's to_qkv weight: read as
+ * the buffer it is, its copy is dropped and made again. */
+START_TEST(weight_cache_drops_a_copy_a_packed_launch_may_write)
+{
+    learn_block();
+    free(replay_wc_after_insert("wc-extra", FW_INSERT_KERNEL_EXTRA, fifth_weight() + 4096,
+                                T_WANT("47 hits, 25 fills, 1 drops")));
+}
+END_TEST
+
+/* The program exports the fifth instance's to_qkv weight to other
+ * processes (cudaIpcGetMemHandle, as torch.multiprocessing shares CUDA
+ * tensors): their writes are not seen, so that weight is never copied
+ * again and its GEMMs cast it as without the shim; the others keep theirs. */
+START_TEST(weight_cache_keeps_away_from_memory_other_processes_can_write)
+{
+    learn_block();
+    setenv("FAKE_RANGE_BYTES", "64", 1); /* the exported allocation is the weight's first bytes */
+    free(replay_wc_after_insert("wc-ipc", FW_INSERT_IPC_EXPORT, fifth_weight(),
+                                T_WANT("op weight_cache fallback shared_memory        2", "44 hits, 24 fills, 0 drops")));
+    unsetenv("FAKE_RANGE_BYTES");
+}
+END_TEST
+
 /* Another library retains and releases the primary context in pairs (video
  * codecs, Numba, cuda-python) while PyTorch holds it: nothing ended, so
  * every copy stays and is used (before the fix every copy was freed). */
@@ -2276,6 +2304,8 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_keeps_its_copies_across_a_balanced_retain_and_release);
     tcase_add_test(ops, weight_cache_forgets_its_copies_when_the_last_release_ends_the_context);
     tcase_add_test(ops, weight_cache_gives_back_the_copy_of_a_freed_weight);
+    tcase_add_test(ops, weight_cache_drops_a_copy_a_packed_launch_may_write);
+    tcase_add_test(ops, weight_cache_keeps_away_from_memory_other_processes_can_write);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_write_through_its_flat_buffer_may_reach);
     tcase_add_test(ops, nothing_is_held_back_without_driver_interposition);
     tcase_add_test(ops, swiglu_and_weight_cache_share_a_group);
