@@ -363,8 +363,12 @@ static void h3_queue_clear(struct h3_queue *q)
 
 /* Issues the writes `q` owes whose output no free logged since overlaps,
  * and forgets the rest (their buffer is gone: nothing can read it).  Locked. */
+static bool h3_queue_ctx_enter(const struct h3_queue *q);
+static void h3_queue_ctx_leave(bool pushed);
+
 static void h3_owed_settle(struct h3_queue *q)
 {
+    bool pushed = h3_queue_ctx_enter(q);
     for (uint32_t i = 0; i < q->nowed; i++) {
         bool freed = false;
         for (uint32_t k = 0; k < q->frees.n && !freed; k++)
@@ -376,6 +380,7 @@ static void h3_owed_settle(struct h3_queue *q)
             atomic_fetch_add_explicit(&h3_owed_issued, 1, memory_order_relaxed);
         }
     }
+    h3_queue_ctx_leave(pushed);
     q->nowed = 0;
     q->frees.n = 0;
     if (q->n == 0) {
@@ -396,10 +401,32 @@ bool h3_engine_owe(const struct h3_deferred *d, struct h3_span out)
     return true;
 }
 
+/* Makes the context `q`'s calls were made in current, if another is
+ * (a thread that moved to another device, a flush by another thread);
+ * returns whether it was pushed, for h3_queue_ctx_leave. */
+static bool h3_queue_ctx_enter(const struct h3_queue *q)
+{
+    __typeof__(&cuCtxGetCurrent) get = H3_LIB_FN(CUDA, cuCtxGetCurrent);
+    __typeof__(&cuCtxPushCurrent_v2) push = H3_LIB_FN(CUDA, cuCtxPushCurrent_v2);
+    CUcontext cur = NULL;
+    return q->ctx != NULL && get != NULL && push != NULL && get(&cur) == CUDA_SUCCESS && cur != q->ctx &&
+           push(q->ctx) == CUDA_SUCCESS;
+}
+
+static void h3_queue_ctx_leave(bool pushed)
+{
+    __typeof__(&cuCtxPopCurrent_v2) pop = H3_LIB_FN(CUDA, cuCtxPopCurrent_v2);
+    CUcontext popped;
+    if (pushed && pop != NULL)
+        pop(&popped);
+}
+
 /* Issues every queued call untouched, in order, and empties the queue. */
 static void h3_queue_issue(struct h3_queue *q)
 {
+    bool pushed = h3_queue_ctx_enter(q);
     h3_engine_issue(q->calls, q->n);
+    h3_queue_ctx_leave(pushed);
     h3_queue_clear(q);
 }
 
@@ -526,17 +553,7 @@ static bool h3_streams_order(const void *a, const void *b)
 /* Issues queue `q` of another thread, in the CUDA context its calls were made in. Locked. */
 static void h3_flush_in_context(struct h3_queue *q)
 {
-    __typeof__(&cuCtxGetCurrent) get = H3_LIB_FN(CUDA, cuCtxGetCurrent);
-    __typeof__(&cuCtxPushCurrent_v2) push = H3_LIB_FN(CUDA, cuCtxPushCurrent_v2);
-    __typeof__(&cuCtxPopCurrent_v2) pop = H3_LIB_FN(CUDA, cuCtxPopCurrent_v2);
-    CUcontext cur = NULL;
-    bool switched = q->ctx != NULL && get != NULL && push != NULL && pop != NULL && get(&cur) == CUDA_SUCCESS &&
-                    cur != q->ctx && push(q->ctx) == CUDA_SUCCESS;
-    h3_flush(q, H3_FLUSH_OTHER_THREAD, NULL);
-    if (switched) {
-        CUcontext popped;
-        pop(&popped);
-    }
+    h3_flush(q, H3_FLUSH_OTHER_THREAD, NULL); /* (in the context its calls were made in) */
 }
 
 static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_call *c)
@@ -667,7 +684,19 @@ static bool h3_group_range_ready(const struct h3_queue *q, const struct h3_op_ra
  * calls to be issued where they were made.  Returns whether an op made the
  * anchor call (else the caller forwards it).
  */
+static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_call *anchor);
+
+/* Runs the group in the context its calls were made in: its launches and
+ * the fused ops' kernels (loaded per context) go there. */
 static bool h3_group_run(struct h3_queue *q, struct h3_call *c, struct h3_call *anchor)
+{
+    bool pushed = h3_queue_ctx_enter(q);
+    bool done = h3_group_run_here(q, c, anchor);
+    h3_queue_ctx_leave(pushed);
+    return done;
+}
+
+static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_call *anchor)
 {
     const struct h3_groups *g = q->groups;
     uint32_t first = (uint32_t)g->at[q->next - 1].first; /* next: the call after the group's last launch */

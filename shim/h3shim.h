@@ -274,6 +274,9 @@ struct h3_kernel {
      * output; the inputs' list after it is read, and its unused slots hold
      * whatever the host stack held). */
     bool writes_first_param_only;
+    /* Its parameters' sizes are all known (the driver answered for each;
+     * not cut at the table's room): else what it writes cannot be bounded. */
+    bool params_known;
     /* What traces and stats read. */
     const char *name;   /* as the driver returns it (mangled): what signatures match */
     const char *pretty; /* demangled when a C++ runtime is loaded, else `name` */

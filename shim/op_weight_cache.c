@@ -455,7 +455,7 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
             return;
         }
         uint32_t nparams = c->kernel != NULL && c->kernel->writes_first_param_only && c->nparams > 1 ? 1 : c->nparams;
-        if (c->kernel == NULL || (c->args == NULL && c->nparams > 0)) {
+        if (c->kernel == NULL || !c->kernel->params_known || (c->args == NULL && c->nparams > 0)) {
             k->range(k->arg, 0, UINT64_MAX); /* parameters it cannot read: it may write anywhere */
             return;
         }

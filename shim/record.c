@@ -92,12 +92,14 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
     }
     uint16_t sizes[H3_MAX_PARAMS];
     uint32_t n = 0, bytes = 0;
+    bool asked = false; /* the driver was asked for the parameters (else they are unknown) */
     if (kind == H3_HANDLE_KERNEL) {
         PFN_cuKernelGetName_v12030 gn = h3_get_cuKernelGetName();
         PFN_cuKernelGetParamInfo_v12040 gp = h3_get_cuKernelGetParamInfo();
         if (gn != NULL && gn(&name, (CUkernel)key) != CUDA_SUCCESS)
             name = NULL;
         size_t off, size;
+        asked = gp != NULL;
         while (gp != NULL && n < H3_MAX_PARAMS && gp((CUkernel)key, n, &off, &size) == CUDA_SUCCESS) {
             sizes[n++] = (uint16_t)size;
             bytes = (uint32_t)(off + size);
@@ -108,6 +110,7 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
         if (gn != NULL && gn(&name, func) != CUDA_SUCCESS)
             name = NULL;
         size_t off, size;
+        asked = gp != NULL;
         while (gp != NULL && n < H3_MAX_PARAMS && gp(func, n, &off, &size) == CUDA_SUCCESS) {
             sizes[n++] = (uint16_t)size;
             bytes = (uint32_t)(off + size);
@@ -130,6 +133,7 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
      * they store through the output alone (aten/src/ATen/native/cuda/Shape.cu). */
     k->writes_first_param_only = k->name != NULL && strncmp(k->name, "_ZN2at6native", 13) == 0 &&
                                  strstr(k->name, "CatArrayBatchedCopy") != NULL;
+    k->params_known = asked && n < H3_MAX_PARAMS;
     k->nparams = n;
     k->param_bytes = bytes;
     if (n > 0)
