@@ -88,7 +88,7 @@ static struct {
     _Atomic uint64_t pages[1024];
     unsigned order[H3_WC_MAX]; /* entry indices by source address */
     uint64_t maxlen;  /* the longest [lo, hi), in bytes */
-    atomic_ulong hits, fills, drops, orphaned, reaped;
+    atomic_ulong hits, fills, drops, orphaned, reaped, pressed;
     atomic_ulong graph_launches, graph_refills; /* with graphs */
     /* The first call that dropped a copy, for the stats: which entry point,
      * and which kernel when a launch (drops are rare and each costs a refill,
@@ -612,7 +612,24 @@ void h3_wcache_observe(struct h3_call *c)
         size_t size;
         if (range != NULL && range(&base, &size, (CUdeviceptr)(uintptr_t)c->u.sync.dst) == CUDA_SUCCESS)
             h3_wcache_source_freed(base, base + size);
+        /* PyTorch's allocator frees its cache when an allocation fails:
+         * with the device low on memory, every copy no graph may read goes
+         * too (made again at need), so that the program's retry finds it. */
+        __typeof__(&cuMemGetInfo_v2) info = H3_LIB_FN(CUDA, cuMemGetInfo_v2);
+        size_t free_b = 0, total_b = 0;
+        bool low = h3_captures_none() && info != NULL && info(&free_b, &total_b) == CUDA_SUCCESS &&
+                   (double)free_b < (double)total_b * (double)h3_config.weight_cache_min_free_pct / 100.0;
         pthread_mutex_lock(&h3_wc.lock);
+        for (unsigned i = 0; low && i < h3_wc.n; i++) {
+            struct h3_wc_entry *e = &h3_wc.e[i];
+            if (e->orphan || e->graphed || e->dst == 0)
+                continue;
+            e->orphan = true, e->valid = false;
+            h3_wc.orphans++;
+            atomic_fetch_add_explicit(&h3_wc.pressed, 1, memory_order_relaxed);
+        }
+        if (low)
+            h3_wc_bounds();
         h3_wc_reap();
         pthread_mutex_unlock(&h3_wc.lock);
     }
@@ -1070,8 +1087,10 @@ void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
          (double)bytes / (1 << 20), (double)peak / (1 << 20), atomic_load(&h3_wc.hits), atomic_load(&h3_wc.fills),
          atomic_load(&h3_wc.drops));
     unsigned long orphaned = atomic_load(&h3_wc.orphaned), reaped = atomic_load(&h3_wc.reaped);
-    if (orphaned != 0)
-        line("weight_cache: %lu copies whose source the program freed, %lu of them given back", orphaned, reaped);
+    unsigned long pressed = atomic_load(&h3_wc.pressed);
+    if (orphaned + pressed != 0)
+        line("weight_cache: %lu copies whose source the program freed and %lu given up with the device low on "
+             "memory; %lu of them given back", orphaned, pressed, reaped);
     const char *fn = atomic_load(&h3_wc.first_drop_fn), *kernel = atomic_load(&h3_wc.first_drop_kernel);
     if (fn != NULL)
         line("weight_cache: the first drop was at %s%s%.160s", fn, kernel != NULL ? " of " : "",

@@ -88,11 +88,15 @@ FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
     return CUDA_SUCCESS;
 }
 
-/* 141 GiB of device memory, FAKE_MEM_FREE_MB of it free (default: all). */
+/* 141 GiB of device memory, FAKE_MEM_FREE_MB of it free (default: all);
+ * FAKE_MEM_FREE_LOW_MB from the (FAKE_MEM_LOW_AFTER + 1)-th question on. */
 FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
 {
+    static atomic_long asked;
     fake_capture_unsafe("cuMemGetInfo_v2");
-    const char *f = getenv("FAKE_MEM_FREE_MB");
+    const char *after = getenv("FAKE_MEM_LOW_AFTER");
+    bool low = after != NULL && atomic_fetch_add(&asked, 1) >= atol(after);
+    const char *f = getenv(low ? "FAKE_MEM_FREE_LOW_MB" : "FAKE_MEM_FREE_MB");
     *total_b = (size_t)141 << 30;
     *free_b = f != NULL ? (size_t)strtoull(f, NULL, 10) << 20 : *total_b;
     return CUDA_SUCCESS;

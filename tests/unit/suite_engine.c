@@ -1866,13 +1866,38 @@ START_TEST(weight_cache_gives_back_the_copy_of_a_freed_weight)
     char *log = replay_wc_after_insert(
         "wc-swap", FW_INSERT_SWAP, fifth_weight(),
         T_WANT("47 hits, 25 fills, 0 drops", "weight_cache: 24 copies",
-               "weight_cache: 1 copies whose source the program freed, 1 of them given back"));
+               "weight_cache: 1 copies whose source the program freed and 0 given up with the device low on memory; "
+               "1 of them given back"));
     unsetenv("FAKE_RANGE_BYTES");
     const char *free_at = strstr(log, "cudaFree ");
     ck_assert(free_at != NULL);
     char *head = strndup(log, (size_t)(free_at - log));
     ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 1);
     ck_assert_uint_eq(count_lines_starting(log, "cuMemFree_v2 "), 1);
+    free(head);
+    free(log);
+}
+END_TEST
+
+/* The device runs low on memory and PyTorch's allocator frees its cache
+ * (FAKE_MEM_FREE_LOW_MB: what is free once the 24 copies are made):
+ * every copy is given back there, before the free is forwarded, and the
+ * blocks after it cast their weights as without the shim until memory is
+ * free again (here never: each copy it would make falls back). */
+START_TEST(weight_cache_gives_its_copies_back_when_the_device_runs_low)
+{
+    learn_block();
+    setenv("FAKE_MEM_FREE_LOW_MB", "1000", 1);
+    setenv("FAKE_MEM_LOW_AFTER", "24", 1);
+    char *log = replay_wc_after_insert(
+        "wc-low", FW_INSERT_SWAP, 0x7000,
+        T_WANT("given up with the device low on memory; 24 of them given back", "op weight_cache fallback low_memory"));
+    unsetenv("FAKE_MEM_FREE_LOW_MB");
+    unsetenv("FAKE_MEM_LOW_AFTER");
+    const char *free_at = strstr(log, "cudaFree ");
+    ck_assert(free_at != NULL);
+    char *head = strndup(log, (size_t)(free_at - log));
+    ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 24);
     free(head);
     free(log);
 }
@@ -2304,6 +2329,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_keeps_its_copies_across_a_balanced_retain_and_release);
     tcase_add_test(ops, weight_cache_forgets_its_copies_when_the_last_release_ends_the_context);
     tcase_add_test(ops, weight_cache_gives_back_the_copy_of_a_freed_weight);
+    tcase_add_test(ops, weight_cache_gives_its_copies_back_when_the_device_runs_low);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_packed_launch_may_write);
     tcase_add_test(ops, weight_cache_keeps_away_from_memory_other_processes_can_write);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_write_through_its_flat_buffer_may_reach);
