@@ -263,6 +263,7 @@ struct h3_kernel {
     uint32_t nparams;
     uint32_t param_bytes;
     uint16_t *param_sizes;
+    atomic_uint generation; /* h3_kernels_generation when it was described (a module unload makes it stale) */
     /* Bit s: its name is not signature s's first call's, so it cannot begin
      * an attempt (the matcher's, set at the first look; signatures are
      * loaded once and kept). */
@@ -416,6 +417,9 @@ void h3_desc_procaddr(struct h3_call *c, const char *symbol, void **pfn, int ver
  * for a free). */
 void h3_desc_sync(struct h3_call *c, const void *stream, const void *dst, size_t bytes);
 void h3_desc_graph_launch(struct h3_call *c, const void *stream, const void *graph_exec);
+/* A module or library was unloaded: a kernel handle may now name another
+ * kernel, so every description is checked again at its next launch. */
+void h3_record_modules_changed(void);
 /* A call that may end a context: cuCtxDestroy's `ctx`, or the primary context of `dev`. */
 void h3_desc_context(struct h3_call *c, const void *ctx, int dev);
 /* cudaStreamEndCapture: as a sync on `stream` (the graph it gives is asked for before, graphs.c). */

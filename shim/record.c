@@ -149,6 +149,45 @@ static void h3_kernel_free(struct h3_kernel *k)
     free(k);
 }
 
+/* Bumped by every module or library unload (its handles may be given to
+ * another module's kernels). */
+static atomic_uint h3_kernels_generation;
+
+void h3_record_modules_changed(void)
+{
+    atomic_fetch_add_explicit(&h3_kernels_generation, 1, memory_order_release);
+}
+
+/* Whether two descriptions describe the same kernel (name and parameters). */
+static bool h3_kernel_same(const struct h3_kernel *a, const struct h3_kernel *b)
+{
+    return strcmp(a->name, b->name) == 0 && a->nparams == b->nparams && a->params_known == b->params_known &&
+           (a->nparams == 0 || memcmp(a->param_sizes, b->param_sizes, a->nparams * sizeof(uint16_t)) == 0);
+}
+
+/* Entry `k` of `slot` was described before a module unload: described again,
+ * it is kept when it is the same kernel, else replaced (the old entry is
+ * left to threads that may still read it: one per handle reused). */
+static struct h3_kernel *h3_kernel_recheck(unsigned slot, struct h3_kernel *k, enum h3_handle_kind kind,
+                                           unsigned gen)
+{
+    struct h3_kernel *fresh = h3_kernel_build(k->key, kind);
+    if (fresh == NULL)
+        return k;
+    if (h3_kernel_same(fresh, k)) {
+        h3_kernel_free(fresh);
+        atomic_store_explicit(&k->generation, gen, memory_order_release);
+        return k;
+    }
+    atomic_store_explicit(&fresh->generation, gen, memory_order_relaxed);
+    struct h3_kernel *expected = k;
+    if (atomic_compare_exchange_strong_explicit(&h3_kcache[slot], &expected, fresh, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return fresh;
+    h3_kernel_free(fresh);
+    return expected;
+}
+
 /* The cached description of a kernel handle; built at first sight. */
 static struct h3_kernel *h3_kernel_get(const void *key, enum h3_handle_kind kind)
 {
@@ -165,6 +204,9 @@ static struct h3_kernel *h3_kernel_get(const void *key, enum h3_handle_kind kind
                 h3_stats_one_off(H3_ONE_OFF_KERNEL, h3_stats_clock() - t0);
             if (fresh == NULL)
                 return NULL;
+            atomic_store_explicit(&fresh->generation, atomic_load_explicit(&h3_kernels_generation,
+                                                                           memory_order_acquire),
+                                  memory_order_relaxed);
             struct h3_kernel *expected = NULL;
             if (atomic_compare_exchange_strong_explicit(&h3_kcache[slot], &expected, fresh,
                                                         memory_order_acq_rel, memory_order_acquire))
@@ -172,8 +214,12 @@ static struct h3_kernel *h3_kernel_get(const void *key, enum h3_handle_kind kind
             h3_kernel_free(fresh);
             k = expected;
         }
-        if (k->key == key)
+        if (k->key == key) {
+            unsigned gen = atomic_load_explicit(&h3_kernels_generation, memory_order_acquire);
+            if (H3_UNLIKELY(atomic_load_explicit(&k->generation, memory_order_relaxed) != gen))
+                return h3_kernel_recheck(slot, k, kind, gen);
             return k;
+        }
     }
     H3_WARN_ONCE(H3_SUB_HOOK, "kernel cache full: further kernels are traced without names");
     return NULL;

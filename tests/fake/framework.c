@@ -173,6 +173,7 @@ static void fw_objects_make(uint64_t seed)
 #define h3_graphs_instantiated_at(pexec, graph) ((pexec) = (void *)&fw_obj.graph_exec)
 #define h3_graphs_exec_gone(exec) ((void)0)
 #define h3_wcache_shared(ptr) ((void)0)
+#define h3_record_modules_changed() ((void)0)
 #define h3_wcache_shared_at(pptr) (pptr = (void *)&fw_obj.ipc_ptr)
 #define h3_graphs_graph_gone(graph) ((void)0)
 #define h3_graphs_graphs_changed() ((void)0)
@@ -529,6 +530,18 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
     case FW_INSERT_IPC_EXPORT: {
         cudaIpcMemHandle_t h;
         return cudaIpcGetMemHandle(&h, (void *)ptr);
+    }
+    case FW_INSERT_MODULE_RELOAD: {
+        static struct fake_kernel reused; /* one handle, two kernels in turn */
+        static const size_t one[1] = {8};
+        uint64_t p0 = 0;
+        void *params[1] = {&p0};
+        fake_kernel_init(&reused, "_Z14first_kernel_av", 1, one, fw_kernel_fn);
+        if (cuLaunchKernel((CUfunction)&reused, 1, 1, 1, 1, 1, 1, 0, (CUstream)stream, params, NULL) != 0 ||
+            cuModuleUnload((CUmodule)0x1) != CUDA_SUCCESS)
+            return -1;
+        fake_kernel_init(&reused, "_Z15second_kernel_bv", 1, one, fw_kernel_fn);
+        return cuLaunchKernel((CUfunction)&reused, 1, 1, 1, 1, 1, 1, 0, (CUstream)stream, params, NULL);
     }
     case FW_INSERT_SWAP:
         fw_c10_report(ptr, -64, 1);

@@ -38,6 +38,8 @@ enum fw_insert {
     FW_INSERT_KERNEL_EXTRA, /* cuLaunchKernel of another kernel with its parameters packed in `extra`, the
                                first pointing at insert_ptr */
     FW_INSERT_IPC_EXPORT,   /* cudaIpcGetMemHandle of insert_ptr (another process may write there) */
+    FW_INSERT_MODULE_RELOAD, /* a launch of a kernel, its module unloaded, and a launch of another kernel the
+                                driver gave the same handle */
     FW_INSERT_COUNT
 };
 

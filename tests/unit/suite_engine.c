@@ -394,7 +394,7 @@ END_TEST
 static const char *const t_insert_names[FW_INSERT_COUNT] = {
     "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream", "nccl", "copy_2d", "callback",
     "other_thread", "device_reset", "cat", "cat_into", "ctx_pair", "ctx_release", "swap", "kernel_extra",
-    "ipc_export",
+    "ipc_export", "module_reload",
 };
 
 /* The groups of the instance that a call inserted before its call p
@@ -1827,6 +1827,27 @@ START_TEST(weight_cache_keeps_away_from_memory_other_processes_can_write)
 }
 END_TEST
 
+/* A module is unloaded and the driver gives its kernel's handle to another
+ * module's kernel: the shim describes the handle again at its next launch
+ * (its name, hence what signatures and weight_cache make of it), instead
+ * of keeping the old kernel's description. */
+START_TEST(a_kernel_handle_reused_after_an_unload_is_described_again)
+{
+    t_run.opts = (struct fw_replay_opts){5, FW_INSERT_MODULE_RELOAD, 0, 0, 0};
+    t_run.trace = t_path("trace-reload.jsonl");
+    static const char *const env[] = {"H3SHIM_OPS=none", NULL};
+    char *stats;
+    free(replay_with("reload", env, &stats));
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
+    char *trace = t_read_file(t_run.trace, NULL);
+    t_run.trace = NULL;
+    ck_assert(trace != NULL);
+    ck_assert_uint_eq(t_count(trace, "\"kernel\":\"_Z14first_kernel_av\""), 1);
+    ck_assert_uint_eq(t_count(trace, "\"kernel\":\"_Z15second_kernel_bv\""), 1);
+    free(trace), free(stats);
+}
+END_TEST
+
 /* Another library retains and releases the primary context in pairs (video
  * codecs, Numba, cuda-python) while PyTorch holds it: nothing ended, so
  * every copy stays and is used (before the fix every copy was freed). */
@@ -2329,6 +2350,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_keeps_its_copies_across_a_balanced_retain_and_release);
     tcase_add_test(ops, weight_cache_forgets_its_copies_when_the_last_release_ends_the_context);
     tcase_add_test(ops, weight_cache_gives_back_the_copy_of_a_freed_weight);
+    tcase_add_test(ops, a_kernel_handle_reused_after_an_unload_is_described_again);
     tcase_add_test(ops, weight_cache_gives_its_copies_back_when_the_device_runs_low);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_packed_launch_may_write);
     tcase_add_test(ops, weight_cache_keeps_away_from_memory_other_processes_can_write);
