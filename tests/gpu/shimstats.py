@@ -38,11 +38,15 @@ def parse(stats):
     out["ran_with"] = {}  # how an op with more than one exact way ran, e.g. residual_norm: {h_in_b16: N}
     for m in re.finditer(r"op (\S+)\s+ran with (\S+)\s+(\d+)", stats or ""):
         out["ran_with"].setdefault(m.group(1), {})[m.group(2)] = int(m.group(3))
-    m = re.search(r"weight_cache: (\d+) copies, ([\d.]+) MiB of GPU memory; (\d+) hits, (\d+) fills, (\d+) drops",
-                  stats or "")
+    m = re.search(r"weight_cache: (\d+) copies, ([\d.]+) MiB of GPU memory(?: \(peak ([\d.]+) MiB\))?; (\d+) hits, "
+                  r"(\d+) fills, (\d+) drops", stats or "")
     if m:
-        out["weight_cache"] = {"copies": int(m.group(1)), "mib": float(m.group(2)), "hits": int(m.group(3)),
-                               "fills": int(m.group(4)), "drops": int(m.group(5))}
+        out["weight_cache"] = {"copies": int(m.group(1)), "mib": float(m.group(2)),
+                               "peak_mib": float(m.group(3) or m.group(2)), "hits": int(m.group(4)),
+                               "fills": int(m.group(5)), "drops": int(m.group(6))}
+    m = re.search(r"owed writes: (\d+) made .*?, (\d+) not made", stats or "")
+    if m:
+        out["owed"] = {"made": int(m.group(1)), "not_made": int(m.group(2))}
     m = re.search(r"shim host time: (\d+) observed calls, (\d+) ns per call of its own.*?, (\d+) ns per call "
                   r"issuing", stats or "")
     if m:

@@ -51,6 +51,42 @@ class OpsVerdict(unittest.TestCase):
         self.assertFalse(shimstats.ops_verdict(stats(0, [("aliased", 18)]), 9, ["residual_norm"])[0])
 
 
+class ServingVerdict(unittest.TestCase):
+    """The serving mode's blocks come under two signatures: weight_cache has places only in the first."""
+
+    LINES = "\n".join([
+        "h3shim: 1 stats: signature minimax-h3-vae-decoder/block: 0 complete, 40 broken (first break: wiring at call 30)",
+        "h3shim: 1 stats: signature minimax-h3-vae-decoder/block-serving-cached: 6 complete, 9 broken",
+        "h3shim: 1 stats: signature minimax-h3-vae-decoder/block-serving-first: 3 complete, 0 broken",
+        "h3shim: 1 stats: plan minimax-h3-vae-decoder/block-serving-cached: op swiglu takes calls 29,30",
+        "h3shim: 1 stats: plan minimax-h3-vae-decoder/block-serving-first: op swiglu takes calls 35,36",
+        "h3shim: 1 stats: plan minimax-h3-vae-decoder/block-serving-first: op weight_cache takes calls 1,2 and the "
+        "library call 4",
+        "h3shim: 1 stats: plan minimax-h3-vae-decoder/block-serving-first: op weight_cache takes calls 25,26 and the "
+        "library call 27",
+        "h3shim: 1 stats: engine: 100 launches deferred; 0 issued with an error",
+        "h3shim: 1 stats: op swiglu       9 groups run (18 calls)",
+        "h3shim: 1 stats: op weight_cache 6 groups run (18 calls)",
+        "h3shim: 1 stats: weight_cache: 6 copies, 96.0 MiB of GPU memory (peak 128.0 MiB); 0 hits, 6 fills, 0 drops",
+        "h3shim: 1 stats: owed writes: 12 made into the program's buffers after the op (still referenced), "
+        "0 not made (their buffer freed first)"])
+
+    def test_every_place_of_each_signature(self):
+        ok, text = shimstats.ops_verdict(self.LINES, 9, ["swiglu", "weight_cache"])
+        self.assertTrue(ok, text)
+        self.assertIn("weight_cache ran 6 of 6", text)
+
+    def test_a_missing_place_of_one_signature_fails(self):
+        lines = self.LINES.replace("op weight_cache 6 groups", "op weight_cache 5 groups")
+        self.assertFalse(shimstats.ops_verdict(lines, 9, ["swiglu", "weight_cache"])[0])
+
+    def test_the_copies_and_the_owed_writes(self):
+        out = shimstats.parse(self.LINES)
+        self.assertEqual(out["weight_cache"]["peak_mib"], 128.0)
+        self.assertEqual(out["owed"], {"made": 12, "not_made": 0})
+        self.assertEqual(out["complete"], 9)
+
+
 class HostTime(unittest.TestCase):
     """The shim's own host time as the stats print it, the steady cost apart."""
 
