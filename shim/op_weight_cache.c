@@ -96,7 +96,7 @@ static struct {
     _Atomic(const char *) first_drop_fn, first_drop_kernel;
 } h3_wc = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static void h3_wc_reap(void);
+static void h3_wc_reap(bool compact);
 
 /* Per signature, which calls are casts that the op replaces (they read a
  * source: their launches do not invalidate it). */
@@ -630,7 +630,7 @@ void h3_wcache_observe(struct h3_call *c)
         }
         if (low)
             h3_wc_bounds();
-        h3_wc_reap();
+        h3_wc_reap(true);
         pthread_mutex_unlock(&h3_wc.lock);
     }
     if (atomic_load_explicit(&h3_hot.wc_live, memory_order_relaxed) == 0)
@@ -667,7 +667,7 @@ static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void 
         return NULL;
     }
     if (h3_wc.orphans > 0)
-        h3_wc_reap();
+        h3_wc_reap(false); /* (the caller may hold another entry: nothing moves) */
     for (unsigned i = 0; i < h3_wc.nshared || h3_wc.shared_unknown; i++)
         if (h3_wc.shared_unknown || h3_spans_overlap(h3_wc.shared[i], (struct h3_span){src, src + 4 * n})) {
             *why = "shared_memory"; /* other processes may write it: their writes are not seen */
@@ -976,11 +976,11 @@ static void h3_wc_compact(const bool *gone)
  * weights were freed reads garbage with or without the shim, but never an
  * address the shim gave back.  Locked.
  */
-static void h3_wc_reap(void)
+static void h3_wc_reap(bool compact)
 {
     if (h3_wc.orphans == 0 || !h3_captures_none())
         return;
-    bool records = h3_graphs_live();
+    bool records = !compact || h3_graphs_live(); /* slots stay while an index may be held */
     bool gone[H3_WC_MAX];
     unsigned left = 0;
     for (unsigned i = 0; i < h3_wc.n; i++) {
