@@ -798,6 +798,7 @@ static bool h3_engine_idle(const struct h3_call *c)
     if (h3_hot.trace_on || h3_thread.attempting ||
         atomic_load_explicit(&h3_hot.holding, memory_order_relaxed) != 0 ||
         atomic_load_explicit(&h3_hot.wc_live, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&h3_hot.wc_held, memory_order_relaxed) != 0 ||
         atomic_load_explicit(&h3_hot.captures_recording, memory_order_relaxed) != 0)
         return false;
     if (c->kind == H3_KIND_SYNC)
@@ -1029,8 +1030,12 @@ static void h3_engine_forget(int device, const void *ctx, bool alive, struct h3_
 {
     if (device < 0 && ctx == NULL) {
         __typeof__(&cuCtxGetDevice) get = H3_LIB_FN(CUDA, cuCtxGetDevice);
+        __typeof__(&cudaGetDevice) rt = H3_LIB_FN(CUDART, cudaGetDevice);
         CUdevice d;
-        device = get != NULL && get(&d) == CUDA_SUCCESS ? (int)d : -1;
+        int r = -1;
+        device = get != NULL && get(&d) == CUDA_SUCCESS ? (int)d : rt != NULL && rt(&r) == cudaSuccess ? r : -1;
+        if (device < 0)
+            return; /* which device ends is not known: nothing is freed that may be another's */
     }
     if (h3_wcache_release(device, ctx, alive) == 0 && ctx != NULL)
         return; /* a context the shim made nothing in */

@@ -15,6 +15,7 @@ static void h3_fork_child(void)
     h3_stats_reset();
     h3_match_reset();
     h3_engine_after_fork_child();
+    h3_released_after_fork_child();
     h3_lt_after_fork_child();
     H3_INFO(H3_SUB_FORK, "fork child: trace and stats restarted");
 }

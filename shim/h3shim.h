@@ -735,6 +735,8 @@ uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *co
 void h3_released_take(uint32_t *outputs, uint64_t *bytes);
 /* For the stats: on, off, or why not. */
 const char *h3_released_state(void);
+/* In a fork child: the block table's lock may have been held by a thread the child lacks. */
+void h3_released_after_fork_child(void);
 /* Finds the real report function in libc10.so, if it is loaded (at initialisation). */
 void h3_released_resolve(void);
 /* The block of PyTorch's caching allocator that holds `addr`, as its reports

@@ -61,7 +61,8 @@ void h3_init(void)
 static bool h3_pause_unsafe(void)
 {
     return atomic_load(&h3_hot.holding) != 0 || atomic_load(&h3_hot.captures_recording) != 0 ||
-           atomic_load(&h3_hot.wc_live) != 0 || h3_hot.trace_on;
+           atomic_load(&h3_hot.wc_live) != 0 ||
+           atomic_load(&h3_hot.wc_held) != 0 || h3_hot.trace_on;
 }
 
 /*

@@ -97,6 +97,7 @@ static struct {
 } h3_wc = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void h3_wc_reap(bool compact);
+static void h3_wc_give_back(void);
 
 /* Per signature, which calls are casts that the op replaces (they read a
  * source: their launches do not invalidate it). */
@@ -632,6 +633,7 @@ void h3_wcache_observe(struct h3_call *c)
             h3_wc_bounds();
         h3_wc_reap(true);
         pthread_mutex_unlock(&h3_wc.lock);
+        h3_wc_give_back();
     }
     if (atomic_load_explicit(&h3_hot.wc_live, memory_order_relaxed) == 0)
         return;
@@ -666,8 +668,6 @@ static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void 
         *why = "capture_open_elsewhere";
         return NULL;
     }
-    if (h3_wc.orphans > 0)
-        h3_wc_reap(false); /* (the caller may hold another entry: nothing moves) */
     for (unsigned i = 0; i < h3_wc.nshared || h3_wc.shared_unknown; i++)
         if (h3_wc.shared_unknown || h3_spans_overlap(h3_wc.shared[i], (struct h3_span){src, src + 4 * n})) {
             *why = "shared_memory"; /* other processes may write it: their writes are not seen */
@@ -732,7 +732,9 @@ static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void 
     }
     h3_wc.order[p] = h3_wc.n;
     h3_wc.maxlen = hi - lo > h3_wc.maxlen ? hi - lo : h3_wc.maxlen;
-    return &h3_wc.e[h3_wc.n++];
+    h3_wc.n++;
+    h3_wc_bounds(); /* held now, even if it is never filled (its partner's copy refused) */
+    return &h3_wc.e[h3_wc.n - 1];
 }
 
 /* ---- running ---- */
@@ -892,10 +894,16 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     }
     if (filled)
         h3_wc_bounds();
-    CUdeviceptr dst_w = ew->dst;
+    CUdeviceptr dst_w = ew->dst, dst_b = eb->dst;
     pthread_mutex_unlock(&h3_wc.lock);
     const struct h3_lt_desc *lt = &anchor->u.lt;
     const void *orig = lt->bias;
+    /* The bias the check set may be another entry's (another thread made
+     * one valid meanwhile): the GEMM reads the one used and recorded here. */
+    if (h3_wc_set_bias(lt->desc, (const void *)(uintptr_t)dst_b) != CUBLAS_STATUS_SUCCESS) {
+        h3_wc_set_bias(lt->desc, orig);
+        return "bias_attr";
+    }
     uint64_t t0 = h3_forward_begin();
     cublasStatus_t st = matmul(lt->handle, lt->desc, lt->alpha, (const void *)(uintptr_t)dst_w, lt->Adesc, lt->B,
                                lt->Bdesc, lt->beta, lt->C, lt->Cdesc, (void *)(uintptr_t)lt->D, lt->Ddesc, lt->algo,
@@ -943,17 +951,60 @@ static void h3_wc_rebuild(void)
     h3_wc_bounds();
 }
 
-/* Gives back entry e's memory and event (its context alive) and marks it gone. Locked. */
-static void h3_wc_free_copy(struct h3_wc_entry *e)
+/* Memory and events of copies taken out of the table, to give back once
+ * the lock is let go (cuMemFree waits for the device: another thread's
+ * launch, an NCCL peer's say, must not wait for the lock meanwhile). */
+static struct {
+    CUdeviceptr dst;
+    CUevent event;
+} h3_wc_doomed[H3_WC_MAX];
+static unsigned h3_wc_ndoomed;
+
+/* Takes entry e's memory and event out (its context alive): given back by
+ * h3_wc_give_back, or at once when `now` (a context ending). Locked. */
+static void h3_wc_free_copy_as(struct h3_wc_entry *e, bool now)
 {
     __typeof__(&cuMemFree_v2) release = H3_LIB_FN(CUDA, cuMemFree_v2);
     __typeof__(&cuEventDestroy_v2) destroy = H3_LIB_FN(CUDA, cuEventDestroy_v2);
-    if (e->dst != 0 && release != NULL)
-        release(e->dst);
-    if (e->event != NULL && destroy != NULL)
-        destroy(e->event);
+    if (now || h3_wc_ndoomed == H3_WC_MAX) {
+        if (e->dst != 0 && release != NULL)
+            release(e->dst);
+        if (e->event != NULL && destroy != NULL)
+            destroy(e->event);
+    } else if (e->dst != 0 || e->event != NULL) {
+        h3_wc_doomed[h3_wc_ndoomed].dst = e->dst;
+        h3_wc_doomed[h3_wc_ndoomed++].event = e->event;
+    }
     h3_wc.bytes -= e->dst != 0 ? 2 * e->n : 0;
     e->dst = 0, e->event = NULL, e->valid = false, e->recipe.handle = NULL;
+}
+
+static void h3_wc_free_copy(struct h3_wc_entry *e)
+{
+    h3_wc_free_copy_as(e, true);
+}
+
+/* Gives back what h3_wc_free_copy_as took out, a few at a time, with the lock let go. */
+static void h3_wc_give_back(void)
+{
+    __typeof__(&cuMemFree_v2) release = H3_LIB_FN(CUDA, cuMemFree_v2);
+    __typeof__(&cuEventDestroy_v2) destroy = H3_LIB_FN(CUDA, cuEventDestroy_v2);
+    for (;;) {
+        __typeof__(h3_wc_doomed[0]) some[32];
+        unsigned n = 0;
+        pthread_mutex_lock(&h3_wc.lock);
+        while (n < H3_ARRAY_LEN(some) && h3_wc_ndoomed > 0)
+            some[n++] = h3_wc_doomed[--h3_wc_ndoomed];
+        pthread_mutex_unlock(&h3_wc.lock);
+        if (n == 0)
+            return;
+        for (unsigned i = 0; i < n; i++) {
+            if (some[i].dst != 0 && release != NULL)
+                release(some[i].dst);
+            if (some[i].event != NULL && destroy != NULL)
+                destroy(some[i].event);
+        }
+    }
 }
 
 /* Removes the entries marked in `gone` (indices into e[]). Locked; only
@@ -978,11 +1029,11 @@ static void h3_wc_compact(const bool *gone)
  */
 static void h3_wc_reap(bool compact)
 {
-    if (h3_wc.orphans == 0 || !h3_captures_none())
+    if (!h3_captures_none())
         return;
     bool records = !compact || h3_graphs_live(); /* slots stay while an index may be held */
-    bool gone[H3_WC_MAX];
-    unsigned left = 0;
+    static bool gone[H3_WC_MAX]; /* (under the lock) */
+    unsigned left = 0, dead = 0;
     for (unsigned i = 0; i < h3_wc.n; i++) {
         struct h3_wc_entry *e = &h3_wc.e[i];
         gone[i] = false;
@@ -992,13 +1043,14 @@ static void h3_wc_reap(bool compact)
         }
         if (e->dst != 0)
             atomic_fetch_add_explicit(&h3_wc.reaped, 1, memory_order_relaxed);
-        h3_wc_free_copy(e);
+        h3_wc_free_copy_as(e, false);
         gone[i] = !records;
+        dead++;
     }
     h3_wc.orphans = left;
-    if (!records)
+    if (!records && dead > 0)
         h3_wc_compact(gone);
-    else
+    else if (dead > 0)
         h3_wc_bounds();
 }
 
@@ -1050,7 +1102,7 @@ void h3_wcache_shared_at(const void *pptr)
 unsigned h3_wcache_release(int device, const void *ctx, bool free_memory)
 {
     pthread_mutex_lock(&h3_wc.lock);
-    bool gone[H3_WC_MAX];
+    static bool gone[H3_WC_MAX]; /* (under the lock) */
     unsigned n = 0;
     for (unsigned i = 0; i < h3_wc.n; i++) {
         struct h3_wc_entry *e = &h3_wc.e[i];

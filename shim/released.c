@@ -122,6 +122,11 @@ static void h3_blocks_remove(uint64_t ptr)
     pthread_mutex_unlock(&h3_blocks.lock);
 }
 
+void h3_released_after_fork_child(void)
+{
+    pthread_mutex_init(&h3_blocks.lock, NULL);
+}
+
 bool h3_released_block(uint64_t addr, uint64_t *lo, uint64_t *hi)
 {
     bool found = false;
