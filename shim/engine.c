@@ -41,6 +41,7 @@ struct h3_group_call {
 };
 struct h3_groups {
     const struct h3_sig *sig;
+    unsigned index; /* the signature's index (the matcher's bits) */
     struct h3_group_call *at;
     struct h3_op_range ranges[H3_ENGINE_MAX_RANGES];
     unsigned nranges;
@@ -181,6 +182,7 @@ static void h3_groups_build(void)
         if (g->at == NULL)
             continue;
         g->sig = sig;
+        g->index = s;
         int32_t start = -1;
         for (uint32_t j = 0; j <= sig->ncalls; j++) {
             bool launch = j < sig->ncalls && sig->calls[j].kind == H3_SIG_LAUNCH;
@@ -877,6 +879,14 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
     if (!h3_hot.engine_on)
         return false;
     h3_engine_scan(c);
+    /* The signature the queue holds a group of continued too: the call is
+     * its (a signature sorted before it matching the same calls changes
+     * nothing), at the place the queue expects. */
+    if (q != NULL && q->n > 0 && q->groups->sig != c->match_sig && q->groups->index < 8 &&
+        ((c->match_continues >> q->groups->index) & 1)) {
+        c->match_sig = q->groups->sig;
+        c->match_call = q->next;
+    }
     const struct h3_groups *g = c->match_sig != NULL ? h3_groups_of(c->match_sig) : NULL;
     uint32_t j = c->match_call;
     bool grouped = g != NULL && g->at[j].first >= 0;

@@ -374,6 +374,7 @@ struct h3_call {
     const struct h3_sig *match_sig; /* the group this call was matched into */
     uint32_t match_call;            /* its index in that group */
     uint8_t match_starts;           /* a bit per signature (by index) whose attempt the call began */
+    uint8_t match_continues;        /* a bit per signature (by index) whose attempt the call continued */
     uint32_t flushed;               /* deferred calls issued before this one */
     const char *flush_reason;       /* why they were (a string literal) */
     const char *op;                 /* the op that ran at this call, or NULL */

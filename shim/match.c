@@ -428,8 +428,8 @@ void h3_match_call(struct h3_call *c)
         if (r == NULL || strcmp(r, "other_stream") == 0)
             continue;
         bool continues = was && (m->p[s].next != 1 || m->p[s].sig->ncalls == 1 || strcmp(r, "group_complete") == 0);
-        if (!continues && s < 8)
-            c->match_starts |= (uint8_t)(1u << s);
+        if (s < 8)
+            *(continues ? &c->match_continues : &c->match_starts) |= (uint8_t)(1u << s);
         if (strcmp(reason, "no_match") == 0 || (continues && !continued)) {
             reason = r;
             continued = continues;
