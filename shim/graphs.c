@@ -18,6 +18,7 @@
 #include "h3shim.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,10 @@ static struct {
  * seen: the count is not trusted again.
  */
 static atomic_int h3_captures_open;
+/* The shim's own calls that a capture in global mode forbids, in flight:
+ * a capture's begin waits for them (h3_captures_before), and they begin
+ * only while no capture is open, so none runs while one is. */
+static atomic_int h3_unsafe_inflight;
 static atomic_bool h3_captures_unsure;
 
 enum { H3_EDGE_BEGIN = 1, H3_EDGE_END_OPEN, H3_EDGE_END_CLOSED };
@@ -106,6 +111,10 @@ void h3_captures_before(struct h3_call *c)
     if (edge == H3_CAPTURE_BEGIN || edge == H3_CAPTURE_BEGIN_INTO_GRAPH) {
         atomic_fetch_add_explicit(&h3_captures_open, 1, memory_order_seq_cst);
         c->capture_edge = H3_EDGE_BEGIN;
+        /* An allocation or module load of the shim's, begun on another
+         * thread before this capture was counted, ends before it begins. */
+        while (atomic_load_explicit(&h3_unsafe_inflight, memory_order_seq_cst) != 0)
+            sched_yield();
     } else if (edge == H3_CAPTURE_END) {
         bool open = h3_driver_says_capturing(c->stream);
         c->capture_edge = open ? H3_EDGE_END_OPEN : H3_EDGE_END_CLOSED;
@@ -124,6 +133,20 @@ void h3_captures_after(const struct h3_call *c)
         atomic_fetch_add_explicit(&h3_captures_open, 1, memory_order_seq_cst);
         atomic_store(&h3_captures_unsure, true);
     }
+}
+
+bool h3_unsafe_begin(void)
+{
+    atomic_fetch_add_explicit(&h3_unsafe_inflight, 1, memory_order_seq_cst);
+    if (h3_captures_none())
+        return true;
+    atomic_fetch_sub_explicit(&h3_unsafe_inflight, 1, memory_order_seq_cst);
+    return false;
+}
+
+void h3_unsafe_end(void)
+{
+    atomic_fetch_sub_explicit(&h3_unsafe_inflight, 1, memory_order_seq_cst);
 }
 
 bool h3_captures_none(void)

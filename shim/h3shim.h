@@ -807,6 +807,12 @@ bool h3_is_graph_launch(enum h3_fn fn);
 /* Whether no capture is open anywhere in the process, as far as the shim
  * can tell (then a query that global-mode capture forbids is safe). */
 bool h3_captures_none(void);
+/* Around a call of the shim's that a capture in global mode forbids (an
+ * allocation, a memory or event query, a synchronisation, a module load):
+ * false when a capture is open (then do without it); a capture that
+ * begins meanwhile waits for h3_unsafe_end. */
+bool h3_unsafe_begin(void);
+void h3_unsafe_end(void);
 /* Before a synchronising call is forwarded, and after (its result set):
  * counts the captures its begin or end opens or closes. */
 void h3_captures_before(struct h3_call *c);

@@ -128,10 +128,11 @@ CUfunction h3_kernels_function(const char *name, const void *stream, const char 
             fn = h3_kernels.fns[i].fn;
     /* Loading a module during a capture in global mode, on any thread,
      * would invalidate that capture. */
-    if (fn == NULL && !h3_captures_none()) {
+    if (fn == NULL && !h3_unsafe_begin()) {
         *why = h3_stream_capturing(stream) ? "capturing_first_use" : "capture_open_elsewhere";
     } else if (fn == NULL) {
         CUmodule mod = h3_module_of(ctx, why);
+        h3_unsafe_end();
         __typeof__(&cuModuleGetFunction) get = H3_LIB_FN(CUDA, cuModuleGetFunction);
         if (mod != NULL && (get == NULL || get(&fn, mod, name) != CUDA_SUCCESS)) {
             *why = "kernel_missing";

@@ -303,9 +303,13 @@ static void h3_wc_ready(struct h3_wc_entry *e, const void *stream)
     if (!h3_hot.graphs_on || e->fill_stream == stream || e->fill_done)
         return;
     __typeof__(&cuEventQuery) query = H3_LIB_FN(CUDA, cuEventQuery);
-    if (e->recorded && query != NULL && h3_captures_none() && query(e->event) == CUDA_SUCCESS) {
-        e->fill_done = true;
-        return;
+    if (e->recorded && query != NULL && h3_unsafe_begin()) {
+        bool done = query(e->event) == CUDA_SUCCESS;
+        h3_unsafe_end();
+        if (done) {
+            e->fill_done = true;
+            return;
+        }
     }
     __typeof__(&cuStreamWaitEvent) wait = H3_LIB_FN(CUDA, cuStreamWaitEvent);
     __typeof__(&cuStreamSynchronize) sync = H3_LIB_FN(CUDA, cuStreamSynchronize);
@@ -313,7 +317,12 @@ static void h3_wc_ready(struct h3_wc_entry *e, const void *stream)
         return;
     /* No event to wait for: synchronise, unless a capture is open somewhere
      * (that would invalidate it); then fill the copy again on this stream. */
-    if (h3_captures_none() && sync != NULL && sync((CUstream)(uintptr_t)e->fill_stream) == CUDA_SUCCESS)
+    bool synced = false;
+    if (sync != NULL && h3_unsafe_begin()) {
+        synced = sync((CUstream)(uintptr_t)e->fill_stream) == CUDA_SUCCESS;
+        h3_unsafe_end();
+    }
+    if (synced)
         e->fill_done = true;
     else if (e->recipe.handle != NULL)
         h3_wc_issue_recipe(e, stream);
@@ -618,8 +627,12 @@ void h3_wcache_observe(struct h3_call *c)
          * too (made again at need), so that the program's retry finds it. */
         __typeof__(&cuMemGetInfo_v2) info = H3_LIB_FN(CUDA, cuMemGetInfo_v2);
         size_t free_b = 0, total_b = 0;
-        bool low = h3_captures_none() && info != NULL && info(&free_b, &total_b) == CUDA_SUCCESS &&
-                   (double)free_b < (double)total_b * (double)h3_config.weight_cache_min_free_pct / 100.0;
+        bool low = false;
+        if (info != NULL && h3_unsafe_begin()) {
+            low = info(&free_b, &total_b) == CUDA_SUCCESS &&
+                  (double)free_b < (double)total_b * (double)h3_config.weight_cache_min_free_pct / 100.0;
+            h3_unsafe_end();
+        }
         pthread_mutex_lock(&h3_wc.lock);
         for (unsigned i = 0; low && i < h3_wc.n; i++) {
             struct h3_wc_entry *e = &h3_wc.e[i];
@@ -659,15 +672,24 @@ static struct h3_wc_entry *h3_wc_entry(uint64_t src, uint64_t n, const void *str
 }
 
 /* A new entry for (src, n, stream) with its copy's memory; NULL with *why when it cannot be. Locked. */
+static struct h3_wc_entry *h3_wc_entry_make(uint64_t src, uint64_t n, const void *stream, const char **why);
+
 static struct h3_wc_entry *h3_wc_entry_new(uint64_t src, uint64_t n, const void *stream, const char **why)
 {
-    size_t bytes = 2 * n;
     /* Allocating, asking for free memory or making an event while a capture
      * is open in global mode, on any thread, would invalidate it. */
-    if (!h3_captures_none()) {
+    if (!h3_unsafe_begin()) {
         *why = "capture_open_elsewhere";
         return NULL;
     }
+    struct h3_wc_entry *e = h3_wc_entry_make(src, n, stream, why);
+    h3_unsafe_end();
+    return e;
+}
+
+static struct h3_wc_entry *h3_wc_entry_make(uint64_t src, uint64_t n, const void *stream, const char **why)
+{
+    size_t bytes = 2 * n;
     for (unsigned i = 0; i < h3_wc.nshared || h3_wc.shared_unknown; i++)
         if (h3_wc.shared_unknown || h3_spans_overlap(h3_wc.shared[i], (struct h3_span){src, src + 4 * n})) {
             *why = "shared_memory"; /* other processes may write it: their writes are not seen */
@@ -992,18 +1014,21 @@ static void h3_wc_give_back(void)
     for (;;) {
         __typeof__(h3_wc_doomed[0]) some[32];
         unsigned n = 0;
+        if (!h3_unsafe_begin())
+            return; /* a capture began: given back at a later free */
         pthread_mutex_lock(&h3_wc.lock);
         while (n < H3_ARRAY_LEN(some) && h3_wc_ndoomed > 0)
             some[n++] = h3_wc_doomed[--h3_wc_ndoomed];
         pthread_mutex_unlock(&h3_wc.lock);
-        if (n == 0)
-            return;
         for (unsigned i = 0; i < n; i++) {
             if (some[i].dst != 0 && release != NULL)
                 release(some[i].dst);
             if (some[i].event != NULL && destroy != NULL)
                 destroy(some[i].event);
         }
+        h3_unsafe_end();
+        if (n == 0)
+            return;
     }
 }
 
