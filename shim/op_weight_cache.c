@@ -296,7 +296,7 @@ static void h3_wc_filled_on(struct h3_wc_entry *e, const void *stream)
  * make 288 stream waits at every launch.  The event is asked only while no
  * capture is open (another thread's capture in global mode forbids the
  * question and would be invalidated by it).  Locked. */
-static void h3_wc_issue_recipe(struct h3_wc_entry *e, const void *stream);
+static unsigned h3_wc_issue_recipe(struct h3_wc_entry *e, const void *stream);
 
 static void h3_wc_ready(struct h3_wc_entry *e, const void *stream)
 {
@@ -329,7 +329,7 @@ static void h3_wc_ready(struct h3_wc_entry *e, const void *stream)
 }
 
 /* Issues e's recipe on `stream`: the cast with its output moved to e's copy. Locked. */
-static void h3_wc_issue_recipe(struct h3_wc_entry *e, const void *stream)
+static unsigned h3_wc_issue_recipe(struct h3_wc_entry *e, const void *stream)
 {
     const struct h3_wc_recipe *r = &e->recipe;
     unsigned char n[4], functor[1], data[16];
@@ -340,8 +340,9 @@ static void h3_wc_issue_recipe(struct h3_wc_entry *e, const void *stream)
     memcpy(data, &out, 8);
     void *argv[3] = {n, functor, data};
     struct h3_deferred d = {r->fn, r->handle, r->grid, r->block, r->shmem, stream, argv};
-    h3_engine_issue(&d, 1);
+    unsigned failed = h3_engine_issue(&d, 1);
     h3_wc_filled_on(e, stream);
+    return failed;
 }
 
 /* Fills e's copy with cast `d` (as PyTorch made it, output moved). Locked. */
@@ -522,6 +523,26 @@ static void h3_wc_record_word(void *arg, uint64_t v)
  * then drops what it may write.  A graph not captured under the shim may
  * write anything: every copy is dropped.  A graph launched inside a
  * capture adds its record to that capture's. */
+/* Before a graph that may read copy `e` is launched on `stream`: filled
+ * again there if it was dropped (valid only once that was issued), else
+ * waited for where it was last filled elsewhere.  A copy never filled, or
+ * whose source is gone, has nothing to be filled from.  Returns whether it
+ * was filled.  Locked. */
+static bool h3_wc_ready_for_graph(struct h3_wc_entry *e, const void *stream)
+{
+    if (e->recipe.handle == NULL || e->orphan || e->dst == 0)
+        return false;
+    if (e->valid) {
+        h3_wc_ready(e, stream);
+        return false;
+    }
+    if (h3_wc_issue_recipe(e, stream) != 0)
+        return false;
+    e->valid = true;
+    atomic_fetch_add_explicit(&h3_wc.graph_refills, 1, memory_order_relaxed);
+    return true;
+}
+
 static void h3_wcache_graph_launch(struct h3_call *c)
 {
     const void *exec = c->u.sync.graph_exec, *stream = c->stream;
@@ -540,18 +561,9 @@ static void h3_wcache_graph_launch(struct h3_call *c)
          * graph that reads every copy.  Then it may write anything. */
         pthread_mutex_lock(&h3_wc.lock);
         bool filled = false;
-        for (unsigned i = 0; i < h3_wc.n; i++) {
-            struct h3_wc_entry *e = &h3_wc.e[i];
-            if (!e->graphed || e->orphan || e->recipe.handle == NULL || e->dst == 0)
-                continue;
-            if (!e->valid) {
-                h3_wc_issue_recipe(e, stream);
-                e->valid = true, filled = true;
-                atomic_fetch_add_explicit(&h3_wc.graph_refills, 1, memory_order_relaxed);
-            } else {
-                h3_wc_ready(e, stream);
-            }
-        }
+        for (unsigned i = 0; i < h3_wc.n; i++)
+            if (h3_wc.e[i].graphed)
+                filled |= h3_wc_ready_for_graph(&h3_wc.e[i], stream);
         if (filled)
             h3_wc_bounds();
         pthread_mutex_unlock(&h3_wc.lock);
@@ -561,18 +573,8 @@ static void h3_wcache_graph_launch(struct h3_call *c)
     }
     pthread_mutex_lock(&h3_wc.lock);
     bool every = rec->nreads == UINT32_MAX, filled = false;
-    for (uint32_t i = 0; i < (every ? h3_wc.n : rec->nreads); i++) {
-        struct h3_wc_entry *e = &h3_wc.e[every ? i : rec->reads[i]];
-        if (e->recipe.handle == NULL || e->orphan) /* never filled, or its source is gone: nothing to fill it from */
-            continue;
-        if (!e->valid) {
-            h3_wc_issue_recipe(e, stream);
-            e->valid = true, filled = true;
-            atomic_fetch_add_explicit(&h3_wc.graph_refills, 1, memory_order_relaxed);
-        } else {
-            h3_wc_ready(e, stream);
-        }
-    }
+    for (uint32_t i = 0; i < (every ? h3_wc.n : rec->nreads); i++)
+        filled |= h3_wc_ready_for_graph(&h3_wc.e[every ? i : rec->reads[i]], stream);
     if (filled)
         h3_wc_bounds();
     pthread_mutex_unlock(&h3_wc.lock);
