@@ -156,6 +156,9 @@ check-record:
 check-scripts:
 	@echo "== tests/gpu scripts' logic"
 	python3 tests/scripts/test_gpu_scripts.py
+	@echo "== shim/'s layering: no call up a floor beyond tests/tools/layering-allowed.txt"
+	python3 tests/scripts/test_layering.py
+	python3 tests/tools/layering.py
 
 # An installed library finds its installed signatures.
 check-install: $(B)/libh3shim.so $(B)/h3sig $(B)/bench/bench_cpu
