@@ -218,8 +218,8 @@ static void h3_wc_bounds(void)
         lo = e->lo < lo ? e->lo : lo;
         hi = e->hi > hi ? e->hi : hi;
     }
-    h3_wc.all_lo = all_lo;
-    h3_wc.all_hi = all_hi;
+    __atomic_store_n(&h3_wc.all_lo, all_lo, __ATOMIC_RELAXED); /* read without the lock too */
+    __atomic_store_n(&h3_wc.all_hi, all_hi, __ATOMIC_RELAXED);
     atomic_store_explicit(&h3_hot.wc_lo, lo, memory_order_relaxed);
     atomic_store_explicit(&h3_hot.wc_hi, hi, memory_order_relaxed);
     atomic_store(&h3_hot.wc_live, live);
@@ -622,8 +622,17 @@ void h3_wcache_observe(struct h3_call *c)
         __typeof__(&cuMemGetAddressRange_v2) range = H3_LIB_FN(CUDA, cuMemGetAddressRange_v2);
         CUdeviceptr base;
         size_t size;
-        if (range != NULL && range(&base, &size, (CUdeviceptr)(uintptr_t)c->u.sync.dst) == CUDA_SUCCESS)
+        if (range != NULL && range(&base, &size, (CUdeviceptr)(uintptr_t)c->u.sync.dst) == CUDA_SUCCESS) {
             h3_wcache_source_freed(base, base + size);
+            /* An exported allocation freed: whatever is made there next is not shared. */
+            pthread_mutex_lock(&h3_wc.lock);
+            for (unsigned i = 0; i < h3_wc.nshared;)
+                if (h3_wc.shared[i].lo >= base && h3_wc.shared[i].hi <= base + size)
+                    h3_wc.shared[i] = h3_wc.shared[--h3_wc.nshared];
+                else
+                    i++;
+            pthread_mutex_unlock(&h3_wc.lock);
+        }
         /* PyTorch's allocator frees its cache when an allocation fails:
          * with the device low on memory, every copy no graph may read goes
          * too (made again at need), so that the program's retry finds it. */
@@ -1085,17 +1094,24 @@ void h3_wcache_source_freed(uint64_t lo, uint64_t hi)
 {
     if (atomic_load_explicit(&h3_hot.wc_held, memory_order_relaxed) == 0)
         return;
+    /* Most frees are of activations outside every source's bounds: told
+     * without the lock (the bounds are written under it; a source being
+     * copied cannot be freed at the same time by a working program). */
+    if (!(lo < __atomic_load_n(&h3_wc.all_hi, __ATOMIC_RELAXED) &&
+          __atomic_load_n(&h3_wc.all_lo, __ATOMIC_RELAXED) < hi))
+        return;
     pthread_mutex_lock(&h3_wc.lock);
     bool any = false;
-    if (lo < h3_wc.all_hi && h3_wc.all_lo < hi)
-        for (unsigned i = 0; i < h3_wc.n; i++) {
-            struct h3_wc_entry *e = &h3_wc.e[i];
-            if (e->orphan || e->dst == 0 || !(e->src < hi && lo < e->src + 4 * e->n))
-                continue;
-            e->orphan = true, e->valid = false, any = true;
-            h3_wc.orphans++;
-            atomic_fetch_add_explicit(&h3_wc.orphaned, 1, memory_order_relaxed);
-        }
+    /* Every source overlapping [lo, hi) starts in (lo - maxlen, hi): a binary search finds the first. */
+    for (unsigned p = h3_wc_lower_bound(lo > h3_wc.maxlen ? lo - h3_wc.maxlen : 0);
+         p < h3_wc.n && h3_wc.e[h3_wc.order[p]].src < hi; p++) {
+        struct h3_wc_entry *e = &h3_wc.e[h3_wc.order[p]];
+        if (e->orphan || e->dst == 0 || !(e->src < hi && lo < e->src + 4 * e->n))
+            continue;
+        e->orphan = true, e->valid = false, any = true;
+        h3_wc.orphans++;
+        atomic_fetch_add_explicit(&h3_wc.orphaned, 1, memory_order_relaxed);
+    }
     if (any)
         h3_wc_bounds();
     pthread_mutex_unlock(&h3_wc.lock);
