@@ -453,6 +453,27 @@ void h3_graphs_reset(void)
     pthread_mutex_unlock(&h3_g.lock);
 }
 
+static void h3_grec_mark(const struct h3_grec *r, uint64_t *bits, unsigned nbits)
+{
+    for (uint32_t i = 0; r != NULL && i < (r->nreads == UINT32_MAX ? nbits : r->nreads); i++) {
+        uint32_t e = r->nreads == UINT32_MAX ? i : r->reads[i];
+        if (e < nbits)
+            bits[e / 64] |= 1ull << (e % 64);
+    }
+}
+
+void h3_graphs_reads(uint64_t *bits, unsigned nbits)
+{
+    pthread_mutex_lock(&h3_g.lock);
+    for (unsigned i = 0; i < h3_g.ncaptures; i++)
+        h3_grec_mark(h3_g.captures[i].rec, bits, nbits);
+    for (unsigned i = 0; i < h3_g.ngraphs; i++)
+        h3_grec_mark(h3_g.graphs[i].rec, bits, nbits);
+    for (unsigned i = 0; i < h3_g.nexecs; i++)
+        h3_grec_mark(h3_g.execs[i].rec, bits, nbits);
+    pthread_mutex_unlock(&h3_g.lock);
+}
+
 /* Read without the lock: weight_cache asks holding its own, which the
  * graph launch takes inside this one.  A record made after the answer can
  * name an entry only under weight_cache's lock, so after what it does. */

@@ -843,6 +843,10 @@ void h3_graphs_reset(void);
 /* Whether any capture, graph or executable graph is recorded (one may name
  * weight copies by their index). */
 bool h3_graphs_live(void);
+/* Sets bit e of `bits` (nbits of them) for every weight_cache entry e a
+ * recorded capture, graph or executable graph reads.  Takes the graphs'
+ * lock: not with weight_cache's held. */
+void h3_graphs_reads(uint64_t *bits, unsigned nbits);
 /* In a fork child: the lock may have been held by a thread the child lacks. */
 void h3_graphs_after_fork_child(void);
 

@@ -96,7 +96,7 @@ static struct {
     _Atomic(const char *) first_drop_fn, first_drop_kernel;
 } h3_wc = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static void h3_wc_reap(bool compact);
+static void h3_wc_reap(bool compact, const uint64_t *named);
 static void h3_wc_give_back(void);
 
 /* Per signature, which calls are casts that the op replaces (they read a
@@ -644,6 +644,11 @@ void h3_wcache_observe(struct h3_call *c)
                   (double)free_b < (double)total_b * (double)h3_config.weight_cache_min_free_pct / 100.0;
             h3_unsafe_end();
         }
+        /* The copies graph records read, asked before weight_cache's lock is
+         * taken (the graphs' lock comes first): a capture begun after it
+         * reads only valid copies, never an orphan. */
+        uint64_t named[H3_WC_MAX / 64] = {0};
+        h3_graphs_reads(named, H3_WC_MAX);
         pthread_mutex_lock(&h3_wc.lock);
         for (unsigned i = 0; low && i < h3_wc.n; i++) {
             struct h3_wc_entry *e = &h3_wc.e[i];
@@ -655,7 +660,7 @@ void h3_wcache_observe(struct h3_call *c)
         }
         if (low)
             h3_wc_bounds();
-        h3_wc_reap(true);
+        h3_wc_reap(true, named);
         pthread_mutex_unlock(&h3_wc.lock);
         h3_wc_give_back();
     }
@@ -1063,7 +1068,7 @@ static void h3_wc_compact(const bool *gone)
  * weights were freed reads garbage with or without the shim, but never an
  * address the shim gave back.  Locked.
  */
-static void h3_wc_reap(bool compact)
+static void h3_wc_reap(bool compact, const uint64_t *named)
 {
     if (!h3_captures_none())
         return;
@@ -1073,7 +1078,10 @@ static void h3_wc_reap(bool compact)
     for (unsigned i = 0; i < h3_wc.n; i++) {
         struct h3_wc_entry *e = &h3_wc.e[i];
         gone[i] = false;
-        if (!e->orphan || (e->graphed && records)) {
+        /* A copy a live graph record reads keeps its memory (the graph
+         * embeds its address); one only read by graphs gone is freed. */
+        bool read = e->graphed && records && (named == NULL || ((named[i / 64] >> (i % 64)) & 1));
+        if (!e->orphan || read) {
             left += e->orphan && e->dst != 0;
             continue;
         }
