@@ -90,12 +90,17 @@ static struct h3_matcher *h3_matcher_get(void)
         p->starts_with_matmul = sig->calls[0].kind == H3_SIG_MATMUL;
         p->values = calloc(sig->nvalues > 0 ? sig->nvalues : 1, sizeof(uint64_t));
         p->kernels = calloc(sig->ncalls, sizeof(*p->kernels));
-        if (p->values == NULL || p->kernels == NULL) {
-            free(p->values);
-            free(p->kernels);
-            continue;
-        }
         m->nsigs++;
+        if (p->values == NULL || p->kernels == NULL) {
+            /* Without memory this thread matches nothing: a signature left
+             * out would shift the indices the counts and the engine use. */
+            for (unsigned i = 0; i < m->nsigs; i++) {
+                free(m->p[i].values);
+                free(m->p[i].kernels);
+            }
+            free(m);
+            return NULL;
+        }
     }
     pthread_setspecific(h3_match_key, m);
     return h3_thread.matcher = m;
@@ -274,12 +279,15 @@ static void h3_match_count_lookalike(unsigned s)
  * one warning a model is enough (its variants break alike). */
 static bool h3_match_first_warning(unsigned s)
 {
-    static atomic_uint warned; /* a bit per signature */
+    static atomic_uint warned; /* a bit per model, at the index of its first signature */
     const struct h3_sig *sig = h3_signatures_get(s);
-    for (unsigned o = 0; o < h3_signatures_count() && o < H3_MATCH_MAX_SIGS; o++)
-        if (((atomic_load(&warned) >> o) & 1) && strcmp(h3_signatures_get(o)->model, sig->model) == 0)
-            return false;
-    return !((atomic_fetch_or(&warned, 1u << s) >> s) & 1);
+    unsigned first = s;
+    for (unsigned o = 0; o < s; o++)
+        if (strcmp(h3_signatures_get(o)->model, sig->model) == 0) {
+            first = o;
+            break;
+        }
+    return !((atomic_fetch_or(&warned, 1u << first) >> first) & 1);
 }
 
 /* Counts a break of signature `s`'s instance in progress, and why. */
