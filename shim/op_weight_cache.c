@@ -559,10 +559,14 @@ static void h3_wcache_graph_launch(struct h3_call *c)
          * room, forgotten at a context's end) and read copies: those a
          * capture read are made valid first, on its stream, as for a known
          * graph that reads every copy.  Then it may write anything. */
+        __typeof__(&cuCtxGetCurrent) current = H3_LIB_FN(CUDA, cuCtxGetCurrent);
+        CUcontext ctx = NULL;
+        if (current == NULL || current(&ctx) != CUDA_SUCCESS)
+            ctx = NULL;
         pthread_mutex_lock(&h3_wc.lock);
         bool filled = false;
-        for (unsigned i = 0; i < h3_wc.n; i++)
-            if (h3_wc.e[i].graphed)
+        for (unsigned i = 0; i < h3_wc.n; i++) /* a graph reads the copies of its own context only */
+            if (h3_wc.e[i].graphed && (ctx == NULL || h3_wc.e[i].ctx == NULL || h3_wc.e[i].ctx == ctx))
                 filled |= h3_wc_ready_for_graph(&h3_wc.e[i], stream);
         if (filled)
             h3_wc_bounds();
