@@ -258,6 +258,14 @@ static size_t count_lines_starting(const char *text, const char *prefix)
 
 /* `log`'s lines that start with one of `prefixes` (NULL-terminated), or
  * without `keep`, its other lines. */
+/* The lines of `log` before its first line starting with `marker` (which must be there). */
+static char *lines_before(const char *log, const char *marker)
+{
+    const char *at = strstr(log, marker);
+    ck_assert_msg(at != NULL, "no '%s' in the log", marker);
+    return strndup(log, (size_t)(at - log));
+}
+
 static char *lines_filtered(const char *log, const char *const *prefixes, bool keep)
 {
     char *out = malloc(strlen(log) + 1), *o = out;
@@ -1790,10 +1798,8 @@ START_TEST(weight_cache_lets_go_of_its_copies_when_the_device_is_reset)
     char *log = replay_wc_after_insert("wc-reset", FW_INSERT_DEVICE_RESET, 0,
                                        T_WANT("op weight_cache 36 groups run (108 calls)", "weight_cache: 24 copies",
                                               "24 hits, 48 fills, 0 drops"));
-    const char *reset = strstr(log, "cudaDeviceReset");
-    ck_assert(reset != NULL);
     /* Freed before the reset, none after. */
-    char *head = strndup(log, (size_t)(reset - log));
+    char *head = lines_before(log, "cudaDeviceReset");
     ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 24);
     ck_assert_uint_eq(count_lines_starting(head, "cuEventDestroy_v2 "), 24);
     ck_assert_uint_eq(count_lines_starting(log, "cuMemFree_v2 "), 24);
@@ -1890,9 +1896,7 @@ START_TEST(weight_cache_gives_back_the_copy_of_a_freed_weight)
                "weight_cache: 1 copies whose source the program freed and 0 given up with the device low on memory; "
                "1 of them given back"));
     unsetenv("FAKE_RANGE_BYTES");
-    const char *free_at = strstr(log, "cudaFree ");
-    ck_assert(free_at != NULL);
-    char *head = strndup(log, (size_t)(free_at - log));
+    char *head = lines_before(log, "cudaFree ");
     ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 1);
     ck_assert_uint_eq(count_lines_starting(log, "cuMemFree_v2 "), 1);
     free(head);
@@ -1915,9 +1919,7 @@ START_TEST(weight_cache_gives_its_copies_back_when_the_device_runs_low)
         T_WANT("given up with the device low on memory; 24 of them given back", "op weight_cache fallback low_memory"));
     unsetenv("FAKE_MEM_FREE_LOW_MB");
     unsetenv("FAKE_MEM_LOW_AFTER");
-    const char *free_at = strstr(log, "cudaFree ");
-    ck_assert(free_at != NULL);
-    char *head = strndup(log, (size_t)(free_at - log));
+    char *head = lines_before(log, "cudaFree ");
     ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 24);
     free(head);
     free(log);
