@@ -744,6 +744,17 @@ void h3_released_resolve(void);
  * told ([*lo, *hi)); false when none is known to (no report, or the table
  * of live blocks overflowed). */
 bool h3_released_block(uint64_t addr, uint64_t *lo, uint64_t *hi);
+
+/* ---- recent_frees.c: each thread's recent frees, for the matcher ---- */
+
+/* A free of [lo, hi) that this thread's allocator reported. */
+void h3_recent_free_note(uint64_t lo, uint64_t hi);
+/* The number of frees noted on this thread so far, and whether one noted
+ * after `mark` held `addr` (false when the ring no longer reaches back to
+ * `mark`). */
+uint32_t h3_recent_free_mark(void);
+bool h3_recent_free_since(uint64_t addr, uint32_t mark);
+
 /* engine.c: logs a free of [lo, hi) if this thread holds launches; this
  * thread's log while its group runs (NULL otherwise); the index of held
  * launch `d` in this thread's queue, or -1. */

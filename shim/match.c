@@ -25,6 +25,7 @@ struct h3_match_progress {
     const struct h3_sig *sig;
     uint64_t *values; /* pointer values of the current instance (h3_sig_call.value_base) */
     const struct h3_kernel **kernels; /* per call: the last kernel found to have its name */
+    uint32_t *marks;  /* per call: the thread's count of frees when it matched (h3_recent_free_mark) */
     uint32_t next;    /* index of the call expected next; 0: none started */
     bool starts_with_matmul; /* the signature's first call is a GEMM */
     const void *stream;
@@ -38,6 +39,7 @@ struct h3_matcher {
 struct h3_match_counts {
     atomic_ulong complete, broken;
     atomic_ulong lookalike; /* GEMMs with one of the signature's shapes made while no attempt ran */
+    atomic_ulong elsewhere; /* references to a freed buffer met by a buffer at another address */
     _Atomic(const char *) first_break;
     atomic_uint first_break_call;
 };
@@ -59,6 +61,7 @@ static void h3_matcher_free(void *arg)
     for (unsigned i = 0; m != NULL && i < m->nsigs; i++) {
         free(m->p[i].values);
         free(m->p[i].kernels);
+        free(m->p[i].marks);
     }
     free(m);
 }
@@ -90,13 +93,15 @@ static struct h3_matcher *h3_matcher_get(void)
         p->starts_with_matmul = sig->calls[0].kind == H3_SIG_MATMUL;
         p->values = calloc(sig->nvalues > 0 ? sig->nvalues : 1, sizeof(uint64_t));
         p->kernels = calloc(sig->ncalls, sizeof(*p->kernels));
+        p->marks = calloc(sig->ncalls, sizeof(*p->marks));
         m->nsigs++;
-        if (p->values == NULL || p->kernels == NULL) {
+        if (p->values == NULL || p->kernels == NULL || p->marks == NULL) {
             /* Without memory this thread matches nothing: a signature left
              * out would shift the indices the counts and the engine use. */
             for (unsigned i = 0; i < m->nsigs; i++) {
                 free(m->p[i].values);
                 free(m->p[i].kernels);
+                free(m->p[i].marks);
             }
             free(m);
             return NULL;
@@ -106,13 +111,26 @@ static struct h3_matcher *h3_matcher_get(void)
     return h3_thread.matcher = m;
 }
 
-/* Whether a slot's value satisfies its reference in the current instance. */
-static bool h3_match_ref(const struct h3_match_progress *p, const struct h3_sig_slot *s, uint64_t v)
+/* Whether a slot's value satisfies its reference in the current instance.
+ * A reference to exactly an earlier slot's buffer that this thread's
+ * allocator reported freed since that call is met by any buffer: a launch
+ * cannot read a freed tensor, so the recorded equality was the allocator
+ * handing the freed address to the next buffer, which it need not do
+ * (another program's allocations, another tile's).  *elsewhere says so. */
+static bool h3_match_ref(const struct h3_match_progress *p, const struct h3_sig_slot *s, uint64_t v, bool *elsewhere)
 {
     switch (s->ref) {
     case H3_REF_FIRST: return v != 0; /* recorded non-null in every instance */
     case H3_REF_NULL: return v == 0;
-    case H3_REF_SLOT: return v == p->values[s->ref_value] + (uint64_t)s->delta;
+    case H3_REF_SLOT: {
+        uint64_t want = p->values[s->ref_value] + (uint64_t)s->delta;
+        if (v == want)
+            return true;
+        if (v == 0 || s->delta != 0 || !h3_recent_free_since(want, p->marks[s->ref_call]))
+            return false;
+        *elsewhere = true;
+        return true;
+    }
     }
     return false;
 }
@@ -138,7 +156,7 @@ static void h3_match_lt_values(const struct h3_lt_desc *lt, int64_t *desc, int64
  * Compares call `c` with call `j` of the progress's signature; on a match
  * stores its slot values and returns NULL, else returns why not.
  */
-static const char *h3_match_one(struct h3_match_progress *p, uint32_t j, const struct h3_call *c)
+static const char *h3_match_one(struct h3_match_progress *p, uint32_t j, const struct h3_call *c, bool *elsewhere)
 {
     const struct h3_sig_call *sc = &p->sig->calls[j];
     uint64_t v[H3_SIG_MAX_CALL_SLOTS];
@@ -197,9 +215,10 @@ static const char *h3_match_one(struct h3_match_progress *p, uint32_t j, const s
                     v[i] = (uint64_t)(uintptr_t)d->ptrs[u];
     }
     for (uint32_t i = 0; i < sc->nslots; i++)
-        if (!h3_match_ref(p, &sc->slots[i], v[i]))
+        if (!h3_match_ref(p, &sc->slots[i], v[i], elsewhere))
             return "wiring";
     memcpy(&p->values[sc->value_base], v, sc->nslots * sizeof(uint64_t));
+    p->marks[j] = h3_recent_free_mark();
     return NULL;
 }
 
@@ -209,7 +228,10 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
     if (p->next > 0 && c->stream != p->stream)
         return "other_stream";
     if (p->next > 0) {
-        const char *why = h3_match_one(p, p->next, c);
+        bool elsewhere = false;
+        const char *why = h3_match_one(p, p->next, c, &elsewhere);
+        if (elsewhere && why == NULL)
+            atomic_fetch_add_explicit(&h3_match_counts[s].elsewhere, 1, memory_order_relaxed);
         if (why == NULL) {
             if (++p->next < p->sig->ncalls)
                 return "group_call";
@@ -225,7 +247,8 @@ static const char *h3_match_advance(unsigned s, struct h3_match_progress *p, con
     uint64_t bit = s < 64 ? 1ull << s : 0;
     if (k != NULL && (atomic_load_explicit(&k->not_first, memory_order_relaxed) & bit) != 0)
         return NULL;
-    const char *why = h3_match_one(p, 0, c);
+    bool elsewhere = false; /* the first call refers to nothing */
+    const char *why = h3_match_one(p, 0, c, &elsewhere);
     if (why != NULL) {
         if (k != NULL && bit != 0 && strcmp(why, "kernel") == 0) /* its name: so for good */
             atomic_fetch_or_explicit(&k->not_first, bit, memory_order_relaxed);
@@ -467,6 +490,10 @@ void h3_match_print_stats(void (*line)(const char *fmt, ...))
         else
             line("signature %s/%s: %lu complete, %lu broken (first break: %s at call %u)", sig->model, sig->group,
                  complete, broken, why, atomic_load(&h3_match_counts[s].first_break_call));
+        unsigned long elsewhere = atomic_load(&h3_match_counts[s].elsewhere);
+        if (elsewhere > 0)
+            line("signature %s/%s: %lu references to a buffer the allocator had freed met by a buffer elsewhere",
+                 sig->model, sig->group, elsewhere);
     }
 }
 
@@ -476,6 +503,7 @@ void h3_match_reset(void)
         atomic_store(&h3_match_counts[s].complete, 0);
         atomic_store(&h3_match_counts[s].broken, 0);
         atomic_store(&h3_match_counts[s].lookalike, 0);
+        atomic_store(&h3_match_counts[s].elsewhere, 0);
         atomic_store(&h3_match_counts[s].first_break, NULL);
     }
 }

@@ -31,9 +31,10 @@
  * observed call instead of at its last launch (engine.c).
  *
  * Owns: the interposed report function, the switch (H3SHIM_SKIP_RELEASED),
- * the counts of outputs left out, and the table of the allocator's live
+ * the counts of outputs left out, the table of the allocator's live
  * blocks (which weight_cache asks where a parameter's block begins and
- * ends, and tells when one it copied is freed).
+ * ends, and tells when one it copied is freed).  Each free of CUDA memory
+ * also goes to the thread's ring of recent frees (recent_frees.c).
  * Never: changes what the report function does for PyTorch, or leaves out
  * an output without a free logged after it was launched.
  */
@@ -187,6 +188,8 @@ H3_EXPORT void _ZN3c1027reportMemoryUsageToProfilerEPvlmmNS_6DeviceE(void *ptr, 
         else if (alloc_size < 0)
             h3_blocks_remove((uint64_t)(uintptr_t)ptr);
     }
+    if (device.type == H3_C10_CUDA && alloc_size < 0 && ptr != NULL && state == 1)
+        h3_recent_free_note((uint64_t)(uintptr_t)ptr, (uint64_t)(uintptr_t)ptr - (uint64_t)alloc_size);
     if (device.type == H3_C10_CUDA && alloc_size < 0 && ptr != NULL && state == 1 &&
         atomic_load_explicit(&h3_hot.wc_held, memory_order_relaxed) != 0)
         h3_wcache_source_freed((uint64_t)(uintptr_t)ptr, (uint64_t)(uintptr_t)ptr - (uint64_t)alloc_size);

@@ -118,7 +118,8 @@ ALIAS_REPLAYS += $(B)/tests/h3-serving3-a-replay.txt
 $(B)/tests/h3-block3-frees-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_frees.py
 	python3 tests/tools/replay_frees.py $* $< $@
 ALIAS_REPLAYS += $(B)/tests/h3-block3-frees-after.txt $(B)/tests/h3-block3-frees-before.txt $(B)/tests/h3-block3-frees-cpu.txt \
-                 $(B)/tests/h3-block3-frees-casts.txt
+                 $(B)/tests/h3-block3-frees-casts.txt $(B)/tests/h3-block3-frees-moved.txt \
+                 $(B)/tests/h3-block3-frees-moved-kept.txt
 
 check-asan: $(B)/asan/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig $(B)/tests/h3-block3-replay.txt \
   $(ALIAS_REPLAYS)

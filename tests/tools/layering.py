@@ -9,6 +9,7 @@ floor or below it (docs/design.md, "The pipeline").  Floors, top down:
   4 ops       ops.c op_*.c
   5 launch    kernels.c graphs.c
   6 services  trace.c stats.c config.c log.c sigfile.c signatures.c resolve.c json.c backtrace.c
+              recent_frees.c
 
 A call is a use of `h3_NAME(` in one file of a function defined (not
 static) in another.  Today's calls that run up are listed in
@@ -29,7 +30,7 @@ import sys
 FLOORS = {}
 for floor, names in enumerate([
         "hooks driver init fork released", "record cudnn lt_shadow", "match", "engine", "ops op_*",
-        "kernels graphs", "trace stats config log sigfile signatures resolve json backtrace h3shim"]):
+        "kernels graphs", "trace stats config log sigfile signatures resolve json backtrace recent_frees h3shim"]):
     for n in names.split():
         FLOORS[n] = floor
 

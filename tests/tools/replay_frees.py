@@ -31,6 +31,15 @@ WHEN:
            when the parameters do not require grad (nothing caches them):
            weight_cache need not make them.  Without this, the casts' outputs
            stay referenced, as autocast's cast cache and autograd keep them.
+  moved    as casts, and the second block's last bias cast (call 37, which
+           the allocator put where the freed bias of call 27 was, and the
+           signature refers to it so) made at a fresh address (MOVED_TO),
+           and its GEMM's bias with it: a new buffer at another address,
+           as another program's allocations put it
+  moved-kept  the same move with the frees of after, less those of the
+           memory at call 27's bias between that GEMM and call 37 (in the
+           recording the norm at call 30 put its rstd there): nothing says
+           the buffer is gone, so call 37 is not where a freed buffer was
 """
 import sys
 
@@ -104,6 +113,28 @@ def cast_frees(lines):
     return out
 
 
+MOVED_TO = 0x7e0000000000
+
+
+def move_last_bias(lines, block=1):
+    """Moves the bias cast of GEMM 39 of block `block` (0-based) and that GEMM's bias to MOVED_TO;
+    returns the lines of GEMM 27 and of the cast, and the address the cast had."""
+    gemms = [i for i, line in enumerate(lines) if line.startswith("M ")]
+    gemm = gemms[4 * block + 3]
+    t = lines[gemm].split(" ")
+    old = int(t[7], 16)
+    cast = next(i for i in range(gemm - 1, gemms[4 * block + 2], -1)
+                if "float16_copy_kernel_cuda" in lines[i] and ptr(lines[i], 2) == old)
+    t[7] = f"{MOVED_TO:x}"
+    lines[gemm] = " ".join(t)
+    c = lines[cast].split(" ")
+    n = int(c[10])
+    h = c[11 + n + 2]
+    c[11 + n + 2] = MOVED_TO.to_bytes(8, "little").hex() + h[16:]
+    lines[cast] = " ".join(c)
+    return gemms[4 * block + 1], cast, old
+
+
 def group_start(lines, i):
     while i > 0 and lines[i - 1].startswith("L "):
         i -= 1
@@ -112,18 +143,24 @@ def group_start(lines, i):
 
 def main():
     when, src, dst = sys.argv[1:4]
-    if when not in ("after", "before", "cpu", "casts"):
+    if when not in ("after", "before", "cpu", "casts", "moved", "moved-kept"):
         sys.exit(__doc__)
     lines = [x for x in open(src).read().split("\n") if x]
+    casts = cast_frees(lines) if when in ("casts", "moved") else ()
+    kept = None
+    if when.startswith("moved"):
+        kept = move_last_bias(lines)
     before, after = {}, {}
     for made, freed, addr, size in frees(lines):
-        if when in ("after", "casts"):
+        if when == "moved-kept" and kept[0] < freed < kept[1] and addr <= kept[2] < addr + size:
+            continue
+        if when in ("after", "casts", "moved", "moved-kept"):
             after.setdefault(freed, []).append(f"F {addr:#x} {size}")
         elif when == "cpu":
             after.setdefault(freed, []).append(f"F {addr:#x} {size} 0")
         else:
             before.setdefault(group_start(lines, made), []).append(f"F {addr:#x} {size}")
-    for gemm, addr, size in cast_frees(lines) if when == "casts" else ():
+    for gemm, addr, size in casts:
         after.setdefault(gemm, []).append(f"F {addr:#x} {size}")
     out = []
     for i, line in enumerate(lines):

@@ -26,6 +26,8 @@
 #define T_REPLAY_FREES_BEFORE "build/tests/h3-block3-frees-before.txt"
 #define T_REPLAY_FREES_CPU "build/tests/h3-block3-frees-cpu.txt"
 #define T_REPLAY_FREES_CASTS "build/tests/h3-block3-frees-casts.txt"
+#define T_REPLAY_MOVED "build/tests/h3-block3-frees-moved.txt"
+#define T_REPLAY_MOVED_KEPT "build/tests/h3-block3-frees-moved-kept.txt"
 #define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
 #define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
 #define T_INSTANCES 9
@@ -1543,6 +1545,42 @@ START_TEST(observation_paused_passes_every_call_through)
 }
 END_TEST
 
+/* The signature says call 37's bias cast writes where call 27's bias was:
+ * the allocator gave the freed address to the next buffer of that size.
+ * Another program's allocations (another tile, a model beside it) put the
+ * buffer elsewhere, and the block is the same block: with call 27's bias
+ * freed, the second block's cast at a fresh address (replay_frees.py moved)
+ * still completes its group, and every op runs on the pointers the calls
+ * carry (the GEMM reads its bias copy; the moved cast is owed nowhere).
+ * With that bias kept (moved-kept), the same address is no freed buffer's:
+ * the block's signature breaks on its wiring at call 37. */
+START_TEST(a_freed_buffers_reference_is_met_by_a_buffer_elsewhere)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    char *stats;
+    t_run.replay = T_REPLAY_MOVED;
+    char *log = replay_with("moved", env, &stats);
+    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 9 complete, 0 broken") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 1 references to a buffer the allocator had freed "
+                                "met by a buffer elsewhere") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+    free(stats), free(log);
+    t_run.replay = T_REPLAY_MOVED_KEPT;
+    log = replay_with("moved-kept", env, &stats);
+    t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 8 complete, 1 broken (first break: wiring at call 37)") !=
+                      NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "met by a buffer elsewhere") == NULL, "%s", tail_of(stats));
+    /* The serving signature's first tile, whose call 37 is no freed buffer's, takes the instance. */
+    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block-serving-first: 1 complete") != NULL, "%s",
+                  tail_of(stats));
+    free(stats), free(log);
+}
+END_TEST
+
 START_TEST(weight_cache_casts_each_weight_once)
 {
     /* As in inference mode: the casts' outputs are freed once each GEMM returns. */
@@ -2325,6 +2363,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, swiglu_never_loads_its_kernels_during_capture);
     tcase_add_test(ops, every_fallback_reason_is_reachable);
     tcase_add_test(ops, weight_cache_casts_each_weight_once);
+    tcase_add_test(ops, a_freed_buffers_reference_is_met_by_a_buffer_elsewhere);
     tcase_add_loop_test(ops, weight_cache_writes_the_casts_a_program_keeps, 0, 2);
     tcase_add_test(ops, observation_paused_passes_every_call_through);
     tcase_add_test(ops, another_models_calls_are_forwarded_idle);
