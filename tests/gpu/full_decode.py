@@ -56,7 +56,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"))
     ap.add_argument("--arms", default="A,S,G,SG,R,RG",
-                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG,WG,NG,K,KG (A always runs; O and OG: "
+                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG,WG,NG,K,KG,B,BG (A always runs; O and OG: "
                          "H3SHIM_OPS=--ops; WG and NG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1 and =0, CUDA "
                          "graphs; K and KG: the defaults with H3SHIM_SKIP_RELEASED=0, every output written)")
     ap.add_argument("--ops", default="swiglu", help="H3SHIM_OPS of arms O and OG")
@@ -64,20 +64,23 @@ def main():
     ap.add_argument("--mode", default="serving", choices=["serving", "inference"],
                     help="serve.py --mode: the serving pipeline's (default) or inference_mode")
     ap.add_argument("--shim-b", help="another build of the shim: arm P runs it eager with H3SHIM_OPS=--ops, "
-                                     "alternating with O, to compare two builds in one run")
+                                     "alternating with O, and arms B and BG (when asked for) with its defaults, "
+                                     "eager and CUDA graphs, alternating with S and SG: two builds in one run")
     a = ap.parse_args()
     replay = {"H3SHIM_OP_REPLAY": "1", "H3SHIM_OPS": "none"}
     ops = {"H3SHIM_OPS": a.ops}
     arms = {"A": (None, False, {}), "S": (a.shim, False, {}), "G": (None, True, {}), "SG": (a.shim, True, {}),
             "R": (a.shim, False, replay), "RG": (a.shim, True, replay),
             "O": (a.shim, False, ops), "OG": (a.shim, True, ops), "P": (a.shim_b, False, ops),
+            "B": (a.shim_b, False, {}), "BG": (a.shim_b, True, {}),
             "WG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "1"}),
             "NG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "0"}),
             "K": (a.shim, False, {"H3SHIM_SKIP_RELEASED": "0"}), "KG": (a.shim, True, {"H3SHIM_SKIP_RELEASED": "0"})}
     wanted = set(a.arms.split(","))
     graphs_wanted = any(arms[k][1] for k in wanted if k in arms)  # G: the graph arms' reference
     arms = {k: v for k, v in arms.items()
-            if k == "A" or k in wanted or (k == "G" and graphs_wanted) or (k == "P" and a.shim_b)}
+            if (k == "A" or k in wanted or (k == "G" and graphs_wanted) or (k == "P" and a.shim_b)) and
+            (k not in ("P", "B", "BG") or a.shim_b)}
     docs = {k: [] for k in arms}
     for _ in range(a.rounds):
         for name, (shim, graphs, shim_env) in arms.items():
