@@ -232,7 +232,7 @@ struct h3_queue {
     const void *stream;
     atomic_bool holding;  /* n > 0, for the other threads' unlocked test ... */
     bool awaiting;        /* the group is complete; an op waits for the library call after it */
-    bool complete;        /* the group is complete; its ops run at this thread's next call (released.c) */
+    bool complete;        /* the group is complete; its ops run at this thread's next call (ops.c: the freed-outputs rule) */
     /* Read once calls are held. */
     _Alignas(64) const struct h3_groups *groups;
     uint64_t allowed;     /* the group's ranges whose op can run here (h3_group_allowed) */
@@ -243,8 +243,6 @@ struct h3_queue {
     atomic_bool in_use;   /* a thread has it (else a finished thread gave it back) */
     CUcontext ctx;        /* current when the held calls began: another thread issues them in it */
     _Atomic(const void *) held_stream; /* the stream of what it holds, for the same test */
-    struct h3_frees frees; /* what the allocator freed on its thread since the group began (or since
-                              its owed writes were owed) */
     /* Launches an anchored op replaced that write a buffer PyTorch may still
      * read (h3_engine_owe): issued at the thread's next observed call unless
      * the allocator freed their output first.  Their parameters stay in the
@@ -336,7 +334,7 @@ unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n)
 }
 
 /* `holding` is set while the queue holds launches or owes writes: the
- * other threads flush it, and the allocator's frees on its thread are logged. */
+ * other threads flush it. */
 static void h3_queue_hold(struct h3_queue *q, bool on)
 {
     if (atomic_load_explicit(&q->holding, memory_order_relaxed) == on)
@@ -354,8 +352,6 @@ static void h3_queue_clear(struct h3_queue *q)
     if (q->nowed == 0) {
         q->used = 0;
         h3_queue_hold(q, false);
-    } else {
-        q->frees.n = 0; /* from now on the log is the owed writes' */
     }
     q->groups = NULL;
     q->awaiting = false;
@@ -363,7 +359,7 @@ static void h3_queue_clear(struct h3_queue *q)
     q->allowed = 0;
 }
 
-/* Issues the writes `q` owes whose output no free logged since overlaps,
+/* Issues the writes `q` owes whose output no free noted since overlaps,
  * and forgets the rest (their buffer is gone: nothing can read it).  Locked. */
 static bool h3_queue_ctx_enter(const struct h3_queue *q);
 static void h3_queue_ctx_leave(bool pushed);
@@ -372,10 +368,8 @@ static void h3_owed_settle(struct h3_queue *q)
 {
     bool pushed = h3_queue_ctx_enter(q);
     for (uint32_t i = 0; i < q->nowed; i++) {
-        bool freed = false;
-        for (uint32_t k = 0; k < q->frees.n && !freed; k++)
-            freed = h3_spans_overlap(q->owed[i].out, (struct h3_span){q->frees.at[k].lo, q->frees.at[k].hi});
-        if (freed) {
+        /* A free on another thread's settling is not known: written. */
+        if (h3_released_since(q->owed[i].d.made, q->owed[i].out)) {
             atomic_fetch_add_explicit(&h3_owed_left_out, 1, memory_order_relaxed);
         } else {
             h3_engine_issue(&q->owed[i].d, 1);
@@ -384,7 +378,6 @@ static void h3_owed_settle(struct h3_queue *q)
     }
     h3_queue_ctx_leave(pushed);
     q->nowed = 0;
-    q->frees.n = 0;
     if (q->n == 0) {
         q->used = 0;
         h3_queue_hold(q, false);
@@ -577,39 +570,6 @@ static void h3_flush_other_threads(const struct h3_queue *self, const struct h3_
     }
 }
 
-/* ---- the frees the allocator reports (released.c) ---- */
-
-/* From the allocator's report, on the thread that freed: logged only while
- * this thread holds launches, with their number.  The queue's lock is
- * tried, not waited for (another thread issuing the queue holds it; then
- * the free is not logged, and the outputs it would have left out are
- * written). */
-void h3_engine_note_free(uint64_t lo, uint64_t hi)
-{
-    struct h3_queue *q = h3_thread.queue;
-    if (q == NULL || !atomic_load_explicit(&q->holding, memory_order_relaxed) || pthread_mutex_trylock(&q->lock) != 0)
-        return;
-    if ((q->n > 0 || q->nowed > 0) && q->frees.n < H3_FREES_MAX)
-        q->frees.at[q->frees.n++] = (__typeof__(q->frees.at[0])){lo, hi, q->n};
-    pthread_mutex_unlock(&q->lock);
-}
-
-/* The thread whose group runs holds its queue's lock: the log and the
- * launches are its own. */
-const struct h3_frees *h3_engine_frees(void)
-{
-    struct h3_queue *q = h3_thread.queue;
-    return q != NULL && q->n > 0 ? &q->frees : NULL;
-}
-
-int64_t h3_engine_held_index(const struct h3_deferred *d)
-{
-    struct h3_queue *q = h3_thread.queue;
-    if (q == NULL || d < q->calls || d >= q->calls + q->n)
-        return -1;
-    return d - q->calls;
-}
-
 #define H3_ALIGN16(n) (((n) + 15u) & ~(size_t)15u)
 
 /* Copies launch `c` to the end of the queue; false when it does not fit. */
@@ -632,7 +592,6 @@ static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
     }
     q->used += need;
     if (q->n == 0) {
-        q->frees.n = 0; /* frees before the group's first launch cannot be of its outputs */
         atomic_store_explicit(&q->held_stream, c->stream, memory_order_relaxed);
         h3_queue_hold(q, true);
         __typeof__(&cuCtxGetCurrent) get = H3_LIB_FN(CUDA, cuCtxGetCurrent);
@@ -640,6 +599,7 @@ static bool h3_queue_push(struct h3_queue *q, const struct h3_call *c)
             q->ctx = NULL;
     }
     q->calls[q->n++] = (struct h3_deferred){
+        .made = h3_released_mark(), /* frees before it cannot be of its output */
         .fn = c->fn,
         .handle = c->handle,
         .grid = {c->grid[0], c->grid[1], c->grid[2]},

@@ -381,7 +381,7 @@ struct h3_call {
     uint32_t op_calls;              /* the calls the ops replaced */
     const char *op_fallback;        /* why an op of this group could not run */
     const char *op_how;             /* how an op with more than one exact way ran (h3_op_note) */
-    uint32_t op_left_out;           /* outputs the ops left out: the allocator had freed them (released.c) */
+    uint32_t op_left_out;           /* outputs the ops left out: the allocator had freed them (ops.c) */
     uint64_t op_left_out_bytes;
     union {
         struct h3_lt_desc lt;
@@ -554,7 +554,14 @@ void h3_match_setup(void);
 /* ---- engine.c: deferral, flush and the ops (H3SHIM_ENGINE) ---- */
 
 /* A launch the engine holds back: what it takes to issue it again. */
+/* A thread's place in the frees its allocator reported (released.c). */
+struct h3_free_mark {
+    uint32_t serial; /* the thread's; 0: none */
+    uint32_t n;      /* its frees before this point */
+};
+
 struct h3_deferred {
+    struct h3_free_mark made; /* the thread's frees when it was held */
     enum h3_fn fn;
     const void *handle;
     dim3 grid, block;
@@ -659,7 +666,7 @@ void h3_op_fallback(const struct h3_op *op, const char *why);
 void h3_op_note(const struct h3_op *op, const char *how);
 /* The `how` of this thread's last h3_op_note since the last call, or NULL (and forgets it). */
 const char *h3_op_take_note(void);
-/* The outputs ops run by this thread left out (released.c) since the last take. */
+/* The outputs ops run by this thread left out (the freed-outputs rule) since the last take. */
 void h3_op_take_left_out(uint32_t *outputs, uint64_t *bytes);
 /* Runs `op` on a complete range that h3_op_check() allowed; counts the
  * outcome.  Returns NULL when the op ran, else the fallback reason. */
@@ -710,57 +717,47 @@ static inline bool h3_spans_overlap(struct h3_span a, struct h3_span b)
  * one overlaps (freed memory nothing reads; see ops.c): a bit each. */
 uint64_t h3_outputs_freed(const struct h3_span *out, unsigned n);
 
-/* ---- released.c: what PyTorch's caching allocator freed ---- */
+/* ---- ops.c: the freed-outputs rule ---- */
 
-/* The frees of CUDA memory the allocator reported while this thread held
- * launches, each with the number of launches then held; kept with the
- * thread's queue (engine.c) and emptied when a group begins. */
-#define H3_FREES_MAX 64
-struct h3_frees {
-    uint32_t n;
-    struct {
-        uint64_t lo, hi;
-        uint32_t after;
-    } at[H3_FREES_MAX];
-};
 /* Whether fused ops leave out outputs the allocator freed: H3SHIM_SKIP_RELEASED
  * (unset: on where validated) and a report seen from the allocator.  While
  * it is on, the engine runs a complete group at the thread's next call. */
 bool h3_released_on(void);
 /* Of outputs out[0..n) of the group being run, output i made by the held
  * launch by[i], those nothing can read: a later one overlaps it
- * (h3_outputs_freed), or a free logged after its launch does (counted as
- * left out, h3_released_take).  A bit each. */
+ * (h3_outputs_freed), or a free this thread's allocator reported after its
+ * launch was held does (counted as left out).  A bit each. */
 uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n);
-/* The outputs (and their bytes) this thread left out since its last take. */
-void h3_released_take(uint32_t *outputs, uint64_t *bytes);
 /* For the stats: on, off, or why not. */
 const char *h3_released_state(void);
+
+/* ---- c10_report.c: PyTorch's caching allocator's reports, interposed ---- */
+
+/* Finds the real report function in libc10.so, if it is loaded (at initialisation). */
+void h3_c10_resolve(void);
+
+/* ---- released.c: what the caching allocator told ---- */
+
+/* A report about CUDA memory has come (c10_report.c), and whether one has. */
+void h3_released_note_seen(void);
+bool h3_released_seen(void);
+/* The allocator handed out [ptr, ptr + size), or took back the block at ptr. */
+void h3_released_block_add(uint64_t ptr, uint64_t size);
+void h3_released_block_remove(uint64_t ptr);
 /* In a fork child: the block table's lock may have been held by a thread the child lacks. */
 void h3_released_after_fork_child(void);
-/* Finds the real report function in libc10.so, if it is loaded (at initialisation). */
-void h3_released_resolve(void);
 /* The block of PyTorch's caching allocator that holds `addr`, as its reports
  * told ([*lo, *hi)); false when none is known to (no report, or the table
  * of live blocks overflowed). */
 bool h3_released_block(uint64_t addr, uint64_t *lo, uint64_t *hi);
-
-/* ---- recent_frees.c: each thread's recent frees, for the matcher ---- */
-
 /* A free of [lo, hi) that this thread's allocator reported. */
-void h3_recent_free_note(uint64_t lo, uint64_t hi);
-/* The number of frees noted on this thread so far, and whether one noted
- * after `mark` held `addr` (false when the ring no longer reaches back to
- * `mark`). */
-uint32_t h3_recent_free_mark(void);
-bool h3_recent_free_since(uint64_t addr, uint32_t mark);
+void h3_released_note_free(uint64_t lo, uint64_t hi);
+/* This thread's place in its frees now (struct h3_free_mark), and whether
+ * a free it noted after `mark` overlaps `s` (false for another thread's
+ * mark, or one older than the thread's ring of recent frees). */
+struct h3_free_mark h3_released_mark(void);
+bool h3_released_since(struct h3_free_mark mark, struct h3_span s);
 
-/* engine.c: logs a free of [lo, hi) if this thread holds launches; this
- * thread's log while its group runs (NULL otherwise); the index of held
- * launch `d` in this thread's queue, or -1. */
-void h3_engine_note_free(uint64_t lo, uint64_t hi);
-const struct h3_frees *h3_engine_frees(void);
-int64_t h3_engine_held_index(const struct h3_deferred *d);
 /* op_norm.c: PyTorch's FP32 RMSNorm launch (with or without weight; no
  * beta, no mean; 32x4 threads) and its vectorized float16_copy. */
 bool h3_sig_is_rmsnorm(const struct h3_sig_call *c, bool weight);

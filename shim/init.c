@@ -39,7 +39,7 @@ static void h3_init_run(void)
     h3_signatures_load();
     h3_match_setup();
     h3_engine_setup();
-    h3_released_resolve();
+    h3_c10_resolve();
     h3_hot.match_on = (h3_config.match || h3_hot.engine_on) && h3_signatures_count() > 0;
     h3_hot.observe = h3_hot.trace_on || h3_hot.stats || h3_hot.match_on;
     h3_hot.lt_remember = h3_config.lt_shadow != 0 && h3_hot.match_on;

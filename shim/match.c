@@ -25,7 +25,7 @@ struct h3_match_progress {
     const struct h3_sig *sig;
     uint64_t *values; /* pointer values of the current instance (h3_sig_call.value_base) */
     const struct h3_kernel **kernels; /* per call: the last kernel found to have its name */
-    uint32_t *marks;  /* per call: the thread's count of frees when it matched (h3_recent_free_mark) */
+    struct h3_free_mark *marks; /* per call: the thread's frees when it matched (h3_released_mark) */
     uint32_t next;    /* index of the call expected next; 0: none started */
     bool starts_with_matmul; /* the signature's first call is a GEMM */
     const void *stream;
@@ -126,7 +126,7 @@ static bool h3_match_ref(const struct h3_match_progress *p, const struct h3_sig_
         uint64_t want = p->values[s->ref_value] + (uint64_t)s->delta;
         if (v == want)
             return true;
-        if (v == 0 || s->delta != 0 || !h3_recent_free_since(want, p->marks[s->ref_call]))
+        if (v == 0 || s->delta != 0 || !h3_released_since(p->marks[s->ref_call], (struct h3_span){want, want + 1}))
             return false;
         *elsewhere = true;
         return true;
@@ -218,7 +218,7 @@ static const char *h3_match_one(struct h3_match_progress *p, uint32_t j, const s
         if (!h3_match_ref(p, &sc->slots[i], v[i], elsewhere))
             return "wiring";
     memcpy(&p->values[sc->value_base], v, sc->nslots * sizeof(uint64_t));
-    p->marks[j] = h3_recent_free_mark();
+    p->marks[j] = h3_released_mark();
     return NULL;
 }
 

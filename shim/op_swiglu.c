@@ -11,7 +11,7 @@
  * group has exactly that layout; only the pointers change, and they are read
  * from the held-back launches' parameters.
  * Writes both the silu output and the product, as the unfused launches do
- * (the silu output only while the allocator has not freed it: released.c),
+ * (the silu output only while the allocator has not freed it: ops.c),
  * eight elements per thread where the pointers and strides allow it.
  */
 #include "h3shim.h"
@@ -81,7 +81,7 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     /* No written output in the other's or in the input's memory (PyTorch's
      * allocator may reuse freed memory inside a group; see ops.c): else the
      * kernel's threads could race on elements another thread reads.  The
-     * silu output is not written once the allocator freed it (released.c). */
+     * silu output is not written once the allocator freed it (ops.c). */
     const uint64_t dense = 2 * (uint64_t)rows * (uint64_t)width;
     const struct h3_span o[2] = {{silu_out, silu_out + dense}, {out, out + dense}},
                          in = {gate, up + 2 * ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)width)};

@@ -339,7 +339,8 @@ static unsigned h3_wc_issue_recipe(struct h3_wc_entry *e, const void *stream)
     uint64_t out = (uint64_t)e->dst;
     memcpy(data, &out, 8);
     void *argv[3] = {n, functor, data};
-    struct h3_deferred d = {r->fn, r->handle, r->grid, r->block, r->shmem, stream, argv};
+    struct h3_deferred d = {
+        .fn = r->fn, .handle = r->handle, .grid = r->grid, .block = r->block, .shmem = r->shmem, .stream = stream, .argv = argv};
     unsigned failed = h3_engine_issue(&d, 1);
     h3_wc_filled_on(e, stream);
     return failed;

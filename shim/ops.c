@@ -2,8 +2,9 @@
  * The fused ops: which are on, the GPUs they may run on, and what each did.
  *
  * Owns: the op table, the switches (H3SHIM_OPS, H3SHIM_OP_<NAME>), the SM
- * allowlist (H3SHIM_SM_ALLOW) and the per-op counters (runs, and fallbacks
- * per reason).
+ * allowlist (H3SHIM_SM_ALLOW), the per-op counters (runs, and fallbacks
+ * per reason), and the freed-outputs rule every op follows
+ * (H3SHIM_SKIP_RELEASED, the outputs left out).
  * Invariants: an op is on by default only where it is validated (its
  * validated_sms); H3SHIM_OPS=all or naming it turns it on anywhere in the
  * allowlist, with a warning on an SM where it is not validated.  An op that
@@ -57,7 +58,7 @@ struct h3_op_counts {
     atomic_ulong fallbacks[H3_OP_REASONS];
     _Atomic(const char *) note[H3_OP_REASONS]; /* ... and how it ran where it has more than one way */
     atomic_ulong noted[H3_OP_REASONS];
-    atomic_ulong left_out, left_out_bytes; /* outputs the allocator had freed, not written (released.c) */
+    atomic_ulong left_out, left_out_bytes; /* outputs the allocator had freed, not written (the freed-outputs rule) */
 };
 static struct h3_op_counts h3_op_counts[H3_OPS_COUNT];
 static bool h3_op_on[H3_OPS_COUNT];
@@ -263,15 +264,17 @@ void h3_op_fallback(const struct h3_op *op, const char *why)
     h3_op_count_fallback(h3_op_index(op), why);
 }
 
+static void h3_left_out_take(uint32_t *outputs, uint64_t *bytes);
+
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     unsigned i = h3_op_index(r->op);
     uint64_t t0 = h3_hot.stats ? h3_stats_clock() : 0, forward0 = h3_thread.forward_ns;
     uint32_t left;
     uint64_t left_bytes;
-    h3_released_take(&left, &left_bytes); /* nothing of this run's yet */
+    h3_left_out_take(&left, &left_bytes); /* nothing of this run's yet */
     const char *why = r->op->run(r, calls, anchor);
-    h3_released_take(&left, &left_bytes);
+    h3_left_out_take(&left, &left_bytes);
     if (t0 != 0)
         atomic_fetch_add_explicit(&h3_op_counts[i].own_ns, h3_own_ns_since(t0, forward0), memory_order_relaxed);
     if (why != NULL) {
@@ -443,6 +446,92 @@ uint64_t h3_outputs_freed(const struct h3_span *out, unsigned n)
                 break;
             }
     return freed;
+}
+
+/* ---- the freed-outputs rule: what the allocator freed is not written ----
+ *
+ * An output of a held launch that a free the allocator reported on this
+ * thread after that launch overlaps is left out by the fused op (released.c
+ * says why that is the output's free).  Autograd, a hook or any Python
+ * reference that keeps the tensor keeps its block: no free, and the output
+ * is written.  Frees made on another thread, and those no report told, are
+ * not known: written too.  Most of a block's intermediates are freed only
+ * once the launch that reads them returns to Python, after the group's last
+ * launch; so while the rule is on, the engine runs a complete group at the
+ * thread's next observed call instead of at its last launch (engine.c). */
+
+/* Validated: tests/evidence/2026-11-30-nvidia-h200-{swiglu,residual-rmsnorm}-kernel-left-out-d405362.json
+ * and ...-qk-norm-rope-kernel-out-d94eff3.json (the kernels with those outputs passed as null),
+ * ...-full-decode-{quick-released,released}-d94eff3.md (the decodes with the rule on and off, every
+ * arm bitwise), ...-robust-{threads,variants,workloads}-d94eff3.md. */
+static const int h3_released_validated[] = {90};
+
+/* H3SHIM_SKIP_RELEASED: 1, 0, or -1 (unset: on where validated). */
+static int h3_released_switch(void)
+{
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    return h3_config_switch("H3SHIM_SKIP_RELEASED", h3_config.skip_released, "on where validated", &warned);
+}
+
+/* Decided at the first group that asks once a report has come: 1 on, 2 off. */
+static atomic_int h3_released_decided;
+
+bool h3_released_on(void)
+{
+    int d = atomic_load_explicit(&h3_released_decided, memory_order_relaxed);
+    if (d != 0)
+        return d == 1;
+    if (!h3_released_seen())
+        return false;
+    int sw = h3_released_switch(), sm = h3_kernels_sm();
+    if (sw < 0 && sm < 0)
+        return false; /* asked again once the device is known */
+    bool on = sw == 1;
+    for (unsigned i = 0; sw < 0 && i < H3_ARRAY_LEN(h3_released_validated); i++)
+        on |= h3_released_validated[i] == sm;
+    atomic_store_explicit(&h3_released_decided, on ? 1 : 2, memory_order_relaxed);
+    return on;
+}
+
+const char *h3_released_state(void)
+{
+    if (!h3_released_seen())
+        return "no report from PyTorch's caching allocator: every output written";
+    switch (atomic_load(&h3_released_decided)) {
+    case 1: return "on";
+    case 2: return "off (H3SHIM_SKIP_RELEASED=0, or not validated on this GPU)";
+    default: return "not decided (no group completed)";
+    }
+}
+
+/* This thread's outputs left out since the last take. */
+static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
+    uint32_t outputs;
+    uint64_t bytes;
+} h3_left_out;
+
+uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n)
+{
+    const uint64_t freed = h3_outputs_freed(out, n);
+    if (!h3_released_on())
+        return freed;
+    uint64_t released = 0;
+    for (unsigned i = 0; i < n && i < 64; i++) {
+        if (out[i].lo == 0 || ((freed >> i) & 1) || !h3_released_since(by[i]->made, out[i]))
+            continue;
+        released |= 1ull << i;
+        h3_left_out.outputs++;
+        h3_left_out.bytes += out[i].hi - out[i].lo;
+    }
+    return freed | released;
+}
+
+static void h3_left_out_take(uint32_t *outputs, uint64_t *bytes)
+{
+    *outputs = h3_left_out.outputs;
+    *bytes = h3_left_out.bytes;
+    h3_left_out.outputs = 0;
+    h3_left_out.bytes = 0;
 }
 
 bool h3_ew2d_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew2d *l)
