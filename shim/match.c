@@ -116,7 +116,11 @@ static struct h3_matcher *h3_matcher_get(void)
  * allocator reported freed since that call is met by any buffer: a launch
  * cannot read a freed tensor, so the recorded equality was the allocator
  * handing the freed address to the next buffer, which it need not do
- * (another program's allocations, another tile's).  *elsewhere says so. */
+ * (another program's allocations, another tile's).  *elsewhere says so.
+ * The allocator's reports are trusted as far as the freed-outputs rule is
+ * (h3_released_on: H3SHIM_SKIP_RELEASED, validated SMs).  An op may not
+ * take such a reference for dataflow: each checks the pointers it relies
+ * on in the calls themselves. */
 static bool h3_match_ref(const struct h3_match_progress *p, const struct h3_sig_slot *s, uint64_t v, bool *elsewhere)
 {
     switch (s->ref) {
@@ -126,7 +130,8 @@ static bool h3_match_ref(const struct h3_match_progress *p, const struct h3_sig_
         uint64_t want = p->values[s->ref_value] + (uint64_t)s->delta;
         if (v == want)
             return true;
-        if (v == 0 || s->delta != 0 || !h3_released_since(p->marks[s->ref_call], (struct h3_span){want, want + 1}))
+        if (v == 0 || s->delta != 0 || !h3_released_since(p->marks[s->ref_call], (struct h3_span){want, want + 1}) ||
+            !h3_released_on())
             return false;
         *elsewhere = true;
         return true;
@@ -492,7 +497,7 @@ void h3_match_print_stats(void (*line)(const char *fmt, ...))
                  complete, broken, why, atomic_load(&h3_match_counts[s].first_break_call));
         unsigned long elsewhere = atomic_load(&h3_match_counts[s].elsewhere);
         if (elsewhere > 0)
-            line("signature %s/%s: %lu references to a buffer the allocator had freed met by a buffer elsewhere",
+            line("signature %s/%s: %lu calls met a reference to a buffer the allocator had freed with a buffer elsewhere",
                  sig->model, sig->group, elsewhere);
     }
 }

@@ -72,11 +72,17 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     if (silu->stream != mul->stream || silu->fn != mul->fn)
         return "streams_differ";
     const unsigned char *ps = silu->argv[1], *pm = mul->argv[1];
-    uint64_t silu_out, gate, out;
+    uint64_t silu_out, gate, out, a, b;
     memcpy(&silu_out, ps + r->arg[SW_SILU_OUT], 8);
     memcpy(&gate, ps + r->arg[SW_SILU_IN], 8);
     memcpy(&out, pm + r->arg[SW_MUL_OUT], 8);
+    memcpy(&a, pm + r->arg[SW_MUL_OUT] + 8, 8);
+    memcpy(&b, pm + r->arg[SW_MUL_OUT] + 16, 8);
     uint64_t up = gate + 2 * (uint64_t)r->arg[SW_WIDTH];
+    /* The mul reads silu's output and the input's up half, as planned: the
+     * matcher may have let a reference to a freed buffer go (match.c). */
+    if (a != silu_out || b != up)
+        return "layout";
     long long stride = r->arg[SW_IN_STRIDE], rows = r->arg[SW_ROWS], width = r->arg[SW_WIDTH];
     /* No written output in the other's or in the input's memory (PyTorch's
      * allocator may reuse freed memory inside a group; see ops.c): else the

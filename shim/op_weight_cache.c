@@ -803,6 +803,13 @@ static const char *h3_wc_read(const struct h3_op_range *r, const struct h3_defer
     memcpy(&x->src_b, (const char *)calls[x->b].argv[2] + 8, 8);
     memcpy(&x->n_w, calls[x->w].argv[0], 4);
     memcpy(&x->n_b, calls[x->b].argv[0], 4);
+    /* The GEMM reads the casts' outputs, as planned: the matcher may have
+     * let a reference to a freed buffer go (match.c). */
+    uint64_t out_w, out_b;
+    memcpy(&out_w, calls[x->w].argv[2], 8);
+    memcpy(&out_b, calls[x->b].argv[2], 8);
+    if ((uint64_t)(uintptr_t)anchor->u.lt.A != out_w || (uint64_t)(uintptr_t)anchor->u.lt.bias != out_b)
+        return "layout";
     return x->n_w <= 0 || x->n_b <= 0 ? "empty" : NULL;
 }
 

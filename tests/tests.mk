@@ -119,7 +119,8 @@ $(B)/tests/h3-block3-frees-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/re
 	python3 tests/tools/replay_frees.py $* $< $@
 ALIAS_REPLAYS += $(B)/tests/h3-block3-frees-after.txt $(B)/tests/h3-block3-frees-before.txt $(B)/tests/h3-block3-frees-cpu.txt \
                  $(B)/tests/h3-block3-frees-casts.txt $(B)/tests/h3-block3-frees-moved.txt \
-                 $(B)/tests/h3-block3-frees-moved-kept.txt
+                 $(B)/tests/h3-block3-frees-moved-kept.txt $(B)/tests/h3-block3-frees-swiglu-moved.txt \
+                 $(B)/tests/h3-block3-frees-gemm-moved.txt
 
 check-asan: $(B)/asan/libh3shim.so $(B)/tests/check_h3shim $(FAKE_ALL) $(B)/h3sig $(B)/tests/h3-block3-replay.txt \
   $(ALIAS_REPLAYS)

@@ -36,6 +36,14 @@ WHEN:
            signature refers to it so) made at a fresh address (MOVED_TO),
            and its GEMM's bias with it: a new buffer at another address,
            as another program's allocations put it
+  swiglu-moved  as after, and in the second block silu's output freed
+           right after silu, the mul reading another buffer (MOVED_TO)
+           where the signature says silu's output: the reference to the
+           freed buffer is let go, so swiglu must see the mul's own pointer
+  gemm-moved  as casts, and in the second block the last GEMM's weight
+           cast freed right after the cast, the GEMM reading another buffer
+           (MOVED_TO) where the signature says the cast's output:
+           weight_cache must see the GEMM's own A
   moved-kept  the same move with the frees of after, less those of the
            memory at call 27's bias between that GEMM and call 37 (in the
            recording the norm at call 30 put its rstd there): nothing says
@@ -135,6 +143,33 @@ def move_last_bias(lines, block=1):
     return gemms[4 * block + 1], cast, old
 
 
+def set_ptr(lines, i, param, off, value):
+    t = lines[i].split(" ")
+    n = int(t[10])
+    h = t[11 + n + param]
+    t[11 + n + param] = h[:2 * off] + value.to_bytes(8, "little").hex() + h[2 * off + 16:]
+    lines[i] = " ".join(t)
+
+
+def move_mul_input(lines, block=1):
+    """Moves the mul after block `block`'s silu off silu's output; returns the silu's line and output."""
+    silu = [i for i, line in enumerate(lines) if line.startswith("L ") and "silu_kernel" in line][block]
+    set_ptr(lines, silu + 1, 1, DATA3 + 8, MOVED_TO)
+    return silu, ptr(lines[silu], 1, DATA2)
+
+
+def move_gemm_weight(lines, block=1):
+    """Moves GEMM 39 of block `block` off its weight cast's output; returns the cast's line and output."""
+    gemm = [i for i, line in enumerate(lines) if line.startswith("M ")][4 * block + 3]
+    t = lines[gemm].split(" ")
+    old = int(t[10], 16)
+    cast = next(i for i in range(gemm - 1, 0, -1)
+                if "float16_copy_kernel_cuda" in lines[i] and ptr(lines[i], 2) == old)
+    t[10] = f"{MOVED_TO:x}"
+    lines[gemm] = " ".join(t)
+    return cast, old
+
+
 def group_start(lines, i):
     while i > 0 and lines[i - 1].startswith("L "):
         i -= 1
@@ -143,18 +178,26 @@ def group_start(lines, i):
 
 def main():
     when, src, dst = sys.argv[1:4]
-    if when not in ("after", "before", "cpu", "casts", "moved", "moved-kept"):
+    if when not in ("after", "before", "cpu", "casts", "moved", "moved-kept", "swiglu-moved", "gemm-moved"):
         sys.exit(__doc__)
     lines = [x for x in open(src).read().split("\n") if x]
-    casts = cast_frees(lines) if when in ("casts", "moved") else ()
-    kept = None
+    kept = early = None
     if when.startswith("moved"):
         kept = move_last_bias(lines)
+    elif when == "swiglu-moved":
+        early = move_mul_input(lines)
+    elif when == "gemm-moved":
+        early = move_gemm_weight(lines)
+    casts = cast_frees(lines) if when in ("casts", "moved", "gemm-moved") else []
+    if when == "gemm-moved":  # the moved GEMM reads no cast: that cast's output freed right after it
+        casts.append((early[0], early[1], count(lines[early[0]]) * 2))
     before, after = {}, {}
     for made, freed, addr, size in frees(lines):
+        if when == "swiglu-moved" and (made, addr) == early:
+            freed = made  # silu's output freed before the mul
         if when == "moved-kept" and kept[0] < freed < kept[1] and addr <= kept[2] < addr + size:
             continue
-        if when in ("after", "casts", "moved", "moved-kept"):
+        if when in ("after", "casts", "moved", "moved-kept", "swiglu-moved", "gemm-moved"):
             after.setdefault(freed, []).append(f"F {addr:#x} {size}")
         elif when == "cpu":
             after.setdefault(freed, []).append(f"F {addr:#x} {size} 0")
