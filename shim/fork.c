@@ -13,6 +13,7 @@ static void h3_fork_child(void)
 {
     h3_trace_after_fork_child();
     h3_stats_reset();
+    h3_record_reset_counts();
     h3_match_reset();
     h3_engine_after_fork_child();
     h3_released_after_fork_child();

@@ -1017,7 +1017,9 @@ static inline uint64_t h3_hash(uint64_t h, const void *data, size_t len)
 #define H3_HASH_SEED 0xcbf29ce484222325ull
 
 /* Number of cached kernels (for stats); calls `fn` for each. */
-void h3_record_each_kernel(void (*fn)(const struct h3_kernel *k, void *arg), void *arg);
+/* The stats' kernel table: calls per kernel name, most first; and its counts set to 0 (a fork child). */
+void h3_record_print_kernels(void (*line)(const char *fmt, ...));
+void h3_record_reset_counts(void);
 
 /* ---- driver.c ---- */
 
@@ -1126,7 +1128,13 @@ static inline void h3_forward_end(uint64_t t0)
     h3_thread.depth--;
 }
 /* Prints the table to stderr (called at exit when H3SHIM_STATS=1). */
-void h3_stats_print(void);
+/* One stats line ("h3shim: PID stats: ..." on stderr), for every subsystem's printer. */
+void h3_stats_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The stats' own parts of the table at exit: calls per API; the shim's own
+ * host time (ops_ns: the ops' checks and runs, h3_ops_own_ns); decisions. */
+void h3_stats_print_calls(void);
+void h3_stats_print_time(uint64_t ops_ns);
+void h3_stats_print_decisions(void);
 void h3_stats_reset(void);
 
 /* ---- fork.c ---- */

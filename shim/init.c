@@ -101,6 +101,20 @@ H3_EXPORT int h3shim_pause(int on)
     return 0;
 }
 
+/* The stats table: each subsystem prints its own lines through the stats' line format. */
+static void h3_stats_report(void)
+{
+    h3_stats_print_calls();
+    h3_record_print_kernels(h3_stats_line);
+    if (h3_hot.match_on) {
+        h3_match_print_stats(h3_stats_line);
+        h3_engine_print_stats(h3_stats_line);
+        h3_lt_print_stats(h3_stats_line);
+    }
+    h3_stats_print_time(h3_ops_own_ns());
+    h3_stats_print_decisions();
+}
+
 /* At exit (or unload): the stats table and the end of the trace. */
 __attribute__((destructor)) static void h3_fini(void)
 {
@@ -108,6 +122,6 @@ __attribute__((destructor)) static void h3_fini(void)
         return;
     h3_thread.depth++;
     if (h3_hot.stats)
-        h3_stats_print();
+        h3_stats_report();
     h3_trace_close();
 }

@@ -225,12 +225,80 @@ static struct h3_kernel *h3_kernel_get(const void *key, enum h3_handle_kind kind
     return NULL;
 }
 
-void h3_record_each_kernel(void (*fn)(const struct h3_kernel *k, void *arg), void *arg)
+static void h3_record_each_kernel(void (*fn)(const struct h3_kernel *k, void *arg), void *arg)
 {
     for (unsigned i = 0; i < H3_KCACHE_SLOTS; i++) {
         struct h3_kernel *k = atomic_load_explicit(&h3_kcache[i], memory_order_acquire);
         if (k != NULL)
             fn(k, arg);
+    }
+}
+
+struct h3_kernel_row {
+    const struct h3_kernel *k;
+    unsigned long calls;
+};
+struct h3_kernel_rows {
+    struct h3_kernel_row *rows;
+    size_t n, cap;
+};
+
+static void h3_record_collect(const struct h3_kernel *k, void *arg)
+{
+    struct h3_kernel_rows *r = arg;
+    unsigned long calls = atomic_load_explicit(&((struct h3_kernel *)k)->calls, memory_order_relaxed);
+    if (calls == 0 || r->n == r->cap)
+        return;
+    r->rows[r->n++] = (struct h3_kernel_row){k, calls};
+}
+
+static int h3_record_by_name(const void *a, const void *b)
+{
+    const struct h3_kernel_row *x = a, *y = b;
+    return strcmp(x->k->pretty, y->k->pretty);
+}
+
+static int h3_record_by_calls(const void *a, const void *b)
+{
+    const struct h3_kernel_row *x = a, *y = b;
+    return x->calls < y->calls ? 1 : x->calls > y->calls ? -1 : strcmp(x->k->pretty, y->k->pretty);
+}
+
+/* One row per kernel name: a kernel reached through several handles (its
+ * runtime handle, its host stub, its driver function) is counted once. */
+static size_t h3_record_merge_names(struct h3_kernel_row *rows, size_t n)
+{
+    qsort(rows, n, sizeof(rows[0]), h3_record_by_name);
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (out > 0 && strcmp(rows[out - 1].k->pretty, rows[i].k->pretty) == 0)
+            rows[out - 1].calls += rows[i].calls;
+        else
+            rows[out++] = rows[i];
+    }
+    qsort(rows, out, sizeof(rows[0]), h3_record_by_calls);
+    return out;
+}
+
+void h3_record_print_kernels(void (*line)(const char *fmt, ...))
+{
+    struct h3_kernel_rows r = {calloc(8192, sizeof(struct h3_kernel_row)), 0, 8192};
+    if (r.rows == NULL)
+        return;
+    h3_record_each_kernel(h3_record_collect, &r);
+    r.n = h3_record_merge_names(r.rows, r.n);
+    line("%-12s %s", "calls", "kernel");
+    for (size_t i = 0; i < r.n; i++)
+        line("%12lu %.150s", r.rows[i].calls, r.rows[i].k->pretty);
+    free(r.rows);
+}
+
+void h3_record_reset_counts(void)
+{
+    for (unsigned i = 0; i < H3_KCACHE_SLOTS; i++) {
+        struct h3_kernel *k = atomic_load_explicit(&h3_kcache[i], memory_order_acquire);
+        if (k != NULL)
+            atomic_store(&k->calls, 0);
     }
 }
 

@@ -126,12 +126,20 @@ void *h3_resolve_cached(enum h3_lib lib, const char *name, _Atomic(void *) *slot
     return f;
 }
 
+/* Whether `p` lies in this library (a lookup that found the shim's own wrapper). */
+static bool h3_resolve_is_own(const void *p)
+{
+    Dl_info found, own;
+    return p != NULL && dladdr(p, &found) != 0 && dladdr((const void *)&h3_resolve_is_own, &own) != 0 &&
+           found.dli_fbase == own.dli_fbase;
+}
+
 void *h3_resolve_fn(enum h3_fn fn)
 {
     if ((unsigned)fn >= H3_FN_COUNT)
         return NULL;
     void *p = h3_resolve_sym(h3_hooks[fn].lib, h3_hooks[fn].name);
-    if (p == h3_driver_wrapper(fn)) {
+    if (h3_resolve_is_own(p)) {
         H3_WARN_ONCE(H3_SUB_RESOLVE, "lookup of %s found h3shim itself; not forwarding",
                      h3_hooks[fn].name);
         p = NULL;

@@ -2,9 +2,12 @@
  * Statistics (H3SHIM_STATS=1): calls per API and per kernel, decisions and
  * their reasons, printed as one table to stderr at exit.
  *
- * Owns: the per-hook counters and the decision table.
+ * Owns: the per-hook counters, the host-time counters and the decision
+ * table, and the stats' line format (h3_stats_line), which the other
+ * subsystems print their own lines through (init.c calls each at exit).
  * Invariants: counting is lock-free (relaxed atomic adds); the table is
  * printed once, at exit, in one write per line.
+ * Never: reads another subsystem's state.
  */
 #include "h3shim.h"
 
@@ -149,12 +152,6 @@ H3_EXPORT int h3shim_host_time(unsigned long long *own_ns, unsigned long long *c
     return 0;
 }
 
-static void h3_stats_reset_kernel(const struct h3_kernel *k, void *arg)
-{
-    (void)arg;
-    atomic_store(&((struct h3_kernel *)k)->calls, 0);
-}
-
 /* What one clock read costs here, at its cheapest (timed once, warm: what
  * is taken out of the shim's time for its reads is not more than they cost). */
 static double h3_clock_read_ns(void)
@@ -176,7 +173,6 @@ static double h3_clock_read_ns(void)
 
 void h3_stats_reset(void)
 {
-    h3_record_each_kernel(h3_stats_reset_kernel, NULL);
     for (unsigned i = 0; i < H3_FN_COUNT; i++) {
         atomic_store(&h3_stat_calls[i], 0);
         atomic_store(&h3_stat_errors[i], 0);
@@ -201,8 +197,7 @@ void h3_stats_reset(void)
         atomic_store(&h3_decisions[i].count, 0);
 }
 
-static void h3_stats_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void h3_stats_line(const char *fmt, ...)
+void h3_stats_line(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -210,53 +205,7 @@ static void h3_stats_line(const char *fmt, ...)
     va_end(ap);
 }
 
-struct h3_kernel_row {
-    const struct h3_kernel *k;
-    unsigned long calls;
-};
-struct h3_kernel_rows {
-    struct h3_kernel_row *rows;
-    size_t n, cap;
-};
-
-static void h3_stats_collect(const struct h3_kernel *k, void *arg)
-{
-    struct h3_kernel_rows *r = arg;
-    unsigned long calls = atomic_load_explicit(&((struct h3_kernel *)k)->calls, memory_order_relaxed);
-    if (calls == 0 || r->n == r->cap)
-        return;
-    r->rows[r->n++] = (struct h3_kernel_row){k, calls};
-}
-
-static int h3_stats_by_name(const void *a, const void *b)
-{
-    const struct h3_kernel_row *x = a, *y = b;
-    return strcmp(x->k->pretty, y->k->pretty);
-}
-
-static int h3_stats_by_calls(const void *a, const void *b)
-{
-    const struct h3_kernel_row *x = a, *y = b;
-    return x->calls < y->calls ? 1 : x->calls > y->calls ? -1 : strcmp(x->k->pretty, y->k->pretty);
-}
-
-/* One row per kernel name: a kernel reached through several handles (its
- * runtime handle, its host stub, its driver function) is counted once. */
-static size_t h3_stats_merge_names(struct h3_kernel_row *rows, size_t n)
-{
-    qsort(rows, n, sizeof(rows[0]), h3_stats_by_name);
-    size_t out = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (out > 0 && strcmp(rows[out - 1].k->pretty, rows[i].k->pretty) == 0)
-            rows[out - 1].calls += rows[i].calls;
-        else
-            rows[out++] = rows[i];
-    }
-    qsort(rows, out, sizeof(rows[0]), h3_stats_by_calls);
-    return out;
-}
-
-void h3_stats_print(void)
+void h3_stats_print_calls(void)
 {
     h3_stats_line("%-32s %12s %8s %14s %14s", "api", "calls", "errors", "own ns/call", "describing");
     for (unsigned i = 0; i < H3_FN_COUNT; i++) {
@@ -266,20 +215,10 @@ void h3_stats_print(void)
                           (double)atomic_load(&h3_stat_own_ns[i]) / (double)calls,
                           (double)atomic_load(&h3_stat_describe_ns[i]) / (double)calls);
     }
-    struct h3_kernel_rows r = {calloc(8192, sizeof(struct h3_kernel_row)), 0, 8192};
-    if (r.rows != NULL) {
-        h3_record_each_kernel(h3_stats_collect, &r);
-        r.n = h3_stats_merge_names(r.rows, r.n);
-        h3_stats_line("%-12s %s", "calls", "kernel");
-        for (size_t i = 0; i < r.n; i++)
-            h3_stats_line("%12lu %.150s", r.rows[i].calls, r.rows[i].k->pretty);
-        free(r.rows);
-    }
-    if (h3_hot.match_on) {
-        h3_match_print_stats(h3_stats_line);
-        h3_engine_print_stats(h3_stats_line);
-        h3_lt_print_stats(h3_stats_line);
-    }
+}
+
+void h3_stats_print_time(uint64_t ops_ns)
+{
     unsigned long shim_calls = atomic_load(&h3_stat_shim_calls);
     if (shim_calls != 0)
         h3_stats_line("shim host time: %lu observed calls, %.0f ns per call of its own (record, matcher, "
@@ -289,7 +228,7 @@ void h3_stats_print(void)
                       (double)atomic_load(&h3_stat_forward_ns) / (double)shim_calls);
     if (shim_calls != 0) {
         uint64_t describe = 0, match = atomic_load(&h3_stat_part_ns[H3_PART_MATCH]),
-                 scan = atomic_load(&h3_stat_part_ns[H3_PART_SCAN]), ops = h3_ops_own_ns();
+                 scan = atomic_load(&h3_stat_part_ns[H3_PART_SCAN]), ops = ops_ns;
         for (unsigned i = 0; i < H3_FN_COUNT; i++)
             describe += atomic_load(&h3_stat_describe_ns[i]);
         uint64_t config = atomic_load(&h3_stat_config_ns);
@@ -328,6 +267,10 @@ void h3_stats_print(void)
                       (unsigned long)lo[0], (unsigned long)hi[0], (unsigned long)lo[1], (unsigned long)hi[1],
                       (unsigned long)lo[2], (unsigned long)hi[2]);
     }
+}
+
+void h3_stats_print_decisions(void)
+{
     h3_stats_line("%-12s %-24s %s", "decision", "reason", "calls");
     for (unsigned i = 0; i < H3_DECISION_SLOTS; i++) {
         const char *dec = atomic_load(&h3_decisions[i].decision);

@@ -3,13 +3,13 @@
 floor or below it (docs/design.md, "The pipeline").  Floors, top down:
 
   0 entry     hooks.c driver.c init.c fork.c c10_report.c (the entry points)
-  1 record    record.c cudnn.c lt_shadow.c
+  1 record    record.c cudnn.c
   2 match     match.c
   3 engine    engine.c
   4 ops       ops.c op_*.c
   5 launch    kernels.c graphs.c
   6 services  trace.c stats.c config.c log.c sigfile.c signatures.c resolve.c json.c backtrace.c
-              released.c
+              released.c lt_shadow.c
 
 A call is a use of `h3_NAME(` in one file of a function defined (not
 static) in another.  Today's calls that run up are listed in
@@ -29,8 +29,8 @@ import sys
 
 FLOORS = {}
 for floor, names in enumerate([
-        "hooks driver init fork c10_report", "record cudnn lt_shadow", "match", "engine", "ops op_*",
-        "kernels graphs", "trace stats config log sigfile signatures resolve json backtrace released h3shim"]):
+        "hooks driver init fork c10_report", "record cudnn", "match", "engine", "ops op_*",
+        "kernels graphs", "trace stats config log sigfile signatures resolve json backtrace released lt_shadow h3shim"]):
     for n in names.split():
         FLOORS[n] = floor
 
