@@ -219,7 +219,7 @@ static const char *const h3_flush_names[H3_FLUSH_COUNT] = {
 };
 
 static atomic_ulong h3_flushes[H3_FLUSH_COUNT], h3_flushed_calls[H3_FLUSH_COUNT];
-static atomic_ulong h3_deferred_calls, h3_issue_errors;
+static atomic_ulong h3_deferred_calls;
 static atomic_ulong h3_owed_issued, h3_owed_left_out;
 
 /* ---- the per-thread queue ---- */
@@ -244,7 +244,7 @@ struct h3_queue {
     CUcontext ctx;        /* current when the held calls began: another thread issues them in it */
     _Atomic(const void *) held_stream; /* the stream of what it holds, for the same test */
     /* Launches an anchored op replaced that write a buffer PyTorch may still
-     * read (h3_engine_owe): issued at the thread's next observed call unless
+     * read (h3_op_owe): issued at the thread's next observed call unless
      * the allocator freed their output first.  Their parameters stay in the
      * arena until then. */
     struct h3_owed {
@@ -287,52 +287,6 @@ static bool h3_fn_deferrable(enum h3_fn fn)
     }
 }
 
-/* Issues one deferred call through the real entry point it was made to. */
-static long long h3_issue(const struct h3_deferred *d)
-{
-    void *real = h3_real_fn(d->fn);
-    if (real == NULL)
-        return -1;
-    void *handle = (void *)(uintptr_t)d->handle;
-    void *stream = (void *)(uintptr_t)d->stream;
-    switch (d->fn) {
-    case H3_FN___cudaLaunchKernel:
-    case H3_FN___cudaLaunchKernel_ptsz:
-        return ((__typeof__(&__cudaLaunchKernel))real)((cudaKernel_t)handle, d->grid, d->block, d->argv,
-                                                        d->shmem, (cudaStream_t)stream);
-    case H3_FN_cudaLaunchKernel:
-    case H3_FN_cudaLaunchKernel_ptsz:
-        return ((__typeof__(&cudaLaunchKernel))real)(handle, d->grid, d->block, d->argv, d->shmem,
-                                                      (cudaStream_t)stream);
-    case H3_FN_cuLaunchKernel:
-    case H3_FN_cuLaunchKernel_ptsz:
-        return ((__typeof__(&cuLaunchKernel))real)((CUfunction)handle, d->grid.x, d->grid.y, d->grid.z,
-                                                    d->block.x, d->block.y, d->block.z, d->shmem,
-                                                    (CUstream)stream, d->argv, NULL);
-    default:
-        return -1;
-    }
-}
-
-unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n)
-{
-    unsigned failed = 0;
-    uint64_t t0 = h3_forward_begin(); /* the runtime launches through the driver: not a new call */
-    for (uint32_t i = 0; i < n; i++) {
-        long long r = h3_issue(&calls[i]);
-        if (r != 0) {
-            failed++;
-            atomic_fetch_add_explicit(&h3_issue_errors, 1, memory_order_relaxed);
-            H3_WARN_ONCE(H3_SUB_ENGINE,
-                         "a deferred %s returned %lld when issued; the error surfaces at the "
-                         "caller's next error check, not at the launch",
-                         h3_hooks[calls[i].fn].name, r);
-        }
-    }
-    h3_forward_end(t0);
-    return failed;
-}
-
 /* `holding` is set while the queue holds launches or owes writes: the
  * other threads flush it. */
 static void h3_queue_hold(struct h3_queue *q, bool on)
@@ -372,7 +326,7 @@ static void h3_owed_settle(struct h3_queue *q)
         if (h3_released_since(q->owed[i].d.made, q->owed[i].out)) {
             atomic_fetch_add_explicit(&h3_owed_left_out, 1, memory_order_relaxed);
         } else {
-            h3_engine_issue(&q->owed[i].d, 1);
+            h3_issue(&q->owed[i].d, 1);
             atomic_fetch_add_explicit(&h3_owed_issued, 1, memory_order_relaxed);
         }
     }
@@ -384,11 +338,13 @@ static void h3_owed_settle(struct h3_queue *q)
     }
 }
 
-bool h3_engine_owe(const struct h3_deferred *d, struct h3_span out)
+/* Write `d` into `out`, which an op that replaced it owes the program
+ * (h3_op_owe): held in `q` until the thread's next observed call, or issued
+ * now when `q` cannot hold it or nothing can tell whether `out` is freed. */
+static bool h3_queue_owe(struct h3_queue *q, const struct h3_deferred *d, struct h3_span out)
 {
-    struct h3_queue *q = h3_thread.queue;
     if (q == NULL || q->nowed == H3_OWED_MAX || d < q->calls || d >= q->calls + q->n || !h3_released_on()) {
-        h3_engine_issue(d, 1); /* nothing can tell whether the buffer is freed: written now */
+        h3_issue(d, 1); /* nothing can tell whether the buffer is freed: written now */
         atomic_fetch_add_explicit(&h3_owed_issued, 1, memory_order_relaxed);
         return false;
     }
@@ -420,7 +376,7 @@ static void h3_queue_ctx_leave(bool pushed)
 static void h3_queue_issue(struct h3_queue *q)
 {
     bool pushed = h3_queue_ctx_enter(q);
-    h3_engine_issue(q->calls, q->n);
+    h3_issue(q->calls, q->n);
     h3_queue_ctx_leave(pushed);
     h3_queue_clear(q);
 }
@@ -682,11 +638,14 @@ static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_c
             }
         }
         if (r == NULL || !((replaced >> ri) & 1))
-            h3_engine_issue(&q->calls[i], 1);
+            h3_issue(&q->calls[i], 1);
     }
     bool anchor_done = false;
     if (pending != NULL) {
         const char *why = h3_op_run(pending, &q->calls[pending_at], anchor);
+        struct h3_op_owed owed[H3_OWED_MAX];
+        for (unsigned k = 0, n = h3_op_take_owed(owed, H3_OWED_MAX); k < n; k++)
+            h3_queue_owe(q, owed[k].d, owed[k].out);
         if (why == NULL) {
             anchor_done = true;
             h3_group_note_op(c, pending);
@@ -696,7 +655,7 @@ static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_c
                                         "after the rest of their group", pending->op->name, why);
             for (uint32_t k = 0; k < 64; k++)
                 if ((pending->mask >> k) & 1)
-                    h3_engine_issue(&q->calls[pending_at + k], 1);
+                    h3_issue(&q->calls[pending_at + k], 1);
         }
     }
     /* "op" when an op ran; else the group was issued as it was made. */
@@ -745,17 +704,17 @@ static bool h3_engine_hold(struct h3_call *c, struct h3_queue *q, const struct h
                            uint64_t allowed);
 
 /*
- * Whether call `c` can be forwarded with no more look: nothing the engine,
- * the matcher or weight_cache does can depend on it.  No launch is held
- * (on any thread), no weight copy exists (nothing a call writes can make
- * one stale), no capture is open (nothing is recorded into a graph), this
- * thread has no attempt in progress (a call it did not expect would break
- * it) and the call can begin none.  Capture edges, graph launches and
- * calls that may end a context always take the whole way.  Most of
- * another model's calls end here, and an H3 process's before its first
- * block.
+ * Whether the engine's side lets call `c` be forwarded with no more look:
+ * no launch is held (on any thread), no weight copy exists (nothing a call
+ * writes can make one stale), no capture is open (nothing is recorded into
+ * a graph) and this thread has no attempt in progress (a call it did not
+ * expect would break it).  Capture edges, graph launches and calls that
+ * may end a context always take the whole way.  For a launch or a library
+ * call the matcher must also say that it can begin no attempt
+ * (h3_match_idle; hooks.c asks).  Most of another model's calls end here,
+ * and an H3 process's before its first block.
  */
-static bool h3_engine_idle(const struct h3_call *c)
+bool h3_engine_quiet(const struct h3_call *c)
 {
     if (h3_hot.trace_on || h3_thread.attempting ||
         atomic_load_explicit(&h3_hot.holding, memory_order_relaxed) != 0 ||
@@ -765,10 +724,10 @@ static bool h3_engine_idle(const struct h3_call *c)
         return false;
     if (c->kind == H3_KIND_SYNC)
         return c->capture_edge == 0 && !h3_ends_context(c->fn) && !h3_is_graph_launch(c->fn);
-    return h3_match_idle(c);
+    return true;
 }
 
-bool h3_engine_before(struct h3_call *c)
+bool h3_engine_begin(struct h3_call *c)
 {
     if (c->kind == H3_KIND_SYNC)
         h3_captures_before(c);
@@ -779,10 +738,11 @@ bool h3_engine_before(struct h3_call *c)
             c->reason = "no_signatures";
         return false;
     }
-    if (h3_engine_idle(c)) {
-        c->reason = "idle";
-        return false;
-    }
+    return true;
+}
+
+bool h3_engine_decide_call(struct h3_call *c)
+{
     struct h3_queue *q = h3_thread.queue;
     /* Another thread holds calls: the count is more than this thread's.  (A
      * thread that holds calls on this stream made them before this call, so
@@ -824,8 +784,7 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
     if (q != NULL && q->complete)
         h3_group_run_late(q, c);
     if (c->kind == H3_KIND_SYNC) {
-        c->reason = "sync";
-        h3_match_interrupt();
+        c->reason = "sync"; /* the matcher's attempts were interrupted (hooks.c) */
         h3_flush(q, H3_FLUSH_FOREIGN, c);
         if (h3_ends_context(c->fn))
             h3_engine_context_ending(c);
@@ -833,9 +792,6 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
             h3_engine_scan(c);
         return false;
     }
-    h3_match_call(c);
-    if (h3_hot.stats) /* from the end of the description: the engine's way here is counted as matching */
-        h3_stats_part_end(c, H3_PART_MATCH);
     if (!h3_hot.engine_on)
         return false;
     h3_engine_scan(c);
@@ -965,7 +921,7 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...))
         line("engine: off (%s)", !h3_config.engine ? "H3SHIM_ENGINE=0" : "no op enabled takes a group");
         return;
     }
-    unsigned long issue_errors = atomic_load(&h3_issue_errors);
+    unsigned long issue_errors = h3_issue_errors();
     line("engine: %lu launches deferred; %lu issued with an error", atomic_load(&h3_deferred_calls), issue_errors);
     for (unsigned i = 0; i < h3_ngroups; i++)
         for (unsigned r = 0; r < h3_groups[i].nranges; r++)
@@ -1070,7 +1026,7 @@ void h3_engine_reset(void)
         atomic_store(&h3_flushed_calls[w], 0);
     }
     atomic_store(&h3_deferred_calls, 0);
-    atomic_store(&h3_issue_errors, 0);
+    h3_issue_reset();
     atomic_store(&h3_owed_issued, 0);
     atomic_store(&h3_owed_left_out, 0);
     h3_ops_reset();

@@ -570,36 +570,38 @@ struct h3_deferred {
     void **argv; /* pointing at the copied parameters */
 };
 
-/* Issues held-back launches through the entry points they were made to, in
- * order; returns how many failed. */
-unsigned h3_engine_issue(const struct h3_deferred *calls, uint32_t n);
-/* For an anchored op's run: launch `d` of the group being run, which the op
- * replaced, writes `out`, a buffer the program may still read (autocast's
- * cast cache, autograd or a hook may keep it).  The write is owed: it is
- * issued, as the program made it, at the thread's next observed call (or a
- * flush) unless the allocator reported `out` freed first (released.c), and
- * at once when that cannot be known.  Returns whether it was deferred. */
-#define H3_OWED_MAX 8
-struct h3_span;
-bool h3_engine_owe(const struct h3_deferred *d, struct h3_span out);
+/* ---- issue.c: launches issued as the program made them ---- */
+
+/* Issues launches through the entry points they were made to, in order;
+ * returns how many failed (counted, with one warning). */
+unsigned h3_issue(const struct h3_deferred *calls, uint32_t n);
+/* Issued launches that returned an error so far; and that count set to 0. */
+unsigned long h3_issue_errors(void);
+void h3_issue_reset(void);
 
 /* (h3_hot.engine_on: matching on, H3SHIM_ENGINE on and an op enabled; set
  * by h3_engine_setup().) */
 /* Chooses the ops and builds the per-signature group tables; after the
  * signatures are loaded. */
 void h3_engine_setup(void);
-/* Decides an observed call before it is forwarded: matches it, flushes this
- * thread's deferred launches when the call does not continue their group,
- * defers it when it belongs to an op's group, and runs the op when the group
- * is complete.  Returns true when the call was deferred or executed by an op
- * (the wrapper must not forward it and returns success). */
-bool h3_engine_before(struct h3_call *c);
+/* The engine's part of deciding an observed call (hooks.c runs them in
+ * order, the matcher between them).  h3_engine_begin: the capture edges,
+ * the passthrough defaults; false when nothing is matched.  h3_engine_quiet:
+ * whether the engine's side lets the call pass with no more look.
+ * h3_engine_decide_call, after the matcher: flushes this thread's deferred
+ * launches when the call does not continue their group, defers it when it
+ * belongs to an op's group, and runs the op when the group is complete;
+ * true when the call was deferred or executed by an op (the wrapper must
+ * not forward it and returns success). */
+bool h3_engine_begin(struct h3_call *c);
+bool h3_engine_quiet(const struct h3_call *c);
+bool h3_engine_decide_call(struct h3_call *c);
 /* One stats block: deferred calls, op runs, flushes by reason. */
 void h3_engine_print_stats(void (*line)(const char *fmt, ...));
 void h3_engine_reset(void);
 /* Whether a SYNC call may end a context (cudaDeviceReset, cuCtxDestroy, ...). */
 bool h3_ends_context(enum h3_fn fn);
-/* After a call h3_engine_before marked (c->context_edge): a primary context
+/* After a call the engine marked (c->context_edge): a primary context
  * released, the shim's things in it are forgotten if that ended it. */
 void h3_engine_context_after(const struct h3_call *c);
 /* Before such a call is forwarded: drops what the shim made in contexts (op_how "context_ending"). */
@@ -730,6 +732,21 @@ bool h3_released_on(void);
 uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n);
 /* For the stats: on, off, or why not. */
 const char *h3_released_state(void);
+/* For an anchored op's run: launch `d` of the group being run, which the op
+ * replaced, writes `out`, a buffer the program may still read (autocast's
+ * cast cache, autograd or a hook may keep it).  The write is owed: the
+ * engine takes it after the run (h3_op_take_owed) and issues it, as the
+ * program made it, at the thread's next observed call (or a flush) unless
+ * the allocator reported `out` freed first (released.c), and at once when
+ * that cannot be known. */
+#define H3_OWED_MAX 8
+struct h3_op_owed {
+    const struct h3_deferred *d;
+    struct h3_span out;
+};
+void h3_op_owe(const struct h3_deferred *d, struct h3_span out);
+/* The writes the op run last on this thread owes (at most max), and forgets them. */
+unsigned h3_op_take_owed(struct h3_op_owed *out, unsigned max);
 
 /* ---- c10_report.c: PyTorch's caching allocator's reports, interposed ---- */
 

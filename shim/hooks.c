@@ -76,7 +76,7 @@ static inline bool h3_config_active(void)
 }
 
 /* Finishes observing a call that h3_call_begin() accepted and the engine
- * decided (h3_engine_before). */
+ * decided (h3_call_decide). */
 static inline void h3_call_end(struct h3_call *c, long long result)
 {
     c->result = result;
@@ -90,6 +90,30 @@ static inline void h3_call_end(struct h3_call *c, long long result)
         h3_trace_emit(c);
     }
     h3_thread.depth--;
+}
+
+/*
+ * The pipeline for a described call: the engine's first look (captures,
+ * matching off), then whether anything could depend on the call (idle),
+ * then the matcher, then the engine's decision.  Returns true when the
+ * call was deferred or executed by an op (the wrapper must not forward it).
+ */
+static bool h3_call_decide(struct h3_call *c)
+{
+    if (!h3_engine_begin(c))
+        return false;
+    if (h3_engine_quiet(c) && (c->kind == H3_KIND_SYNC || h3_match_idle(c))) {
+        c->reason = "idle";
+        return false;
+    }
+    if (c->kind == H3_KIND_SYNC) {
+        h3_match_interrupt(); /* a call that submits work or synchronises */
+    } else {
+        h3_match_call(c);
+        if (h3_hot.stats) /* from the end of the description */
+            h3_stats_part_end(c, H3_PART_MATCH);
+    }
+    return h3_engine_decide_call(c);
 }
 
 /* Every wrapper starts here: the real function, or the library's error. */
@@ -132,7 +156,7 @@ static inline bool h3_call_unwanted_fast(void)
         h3_call_described(c);                                                    \
         /* Deferred or run by an op: the caller sees c->result: 0 for a     */  \
         /* held launch, the status of a library call an op made.            */  \
-        bool handled_ = h3_engine_before(c);                                     \
+        bool handled_ = h3_call_decide(c);                                       \
         h3_call_decided(c);                                                      \
         ret r_ = handled_ ? (ret)c->result : real_ args;                         \
         h3_call_end(c, (long long)r_);                                           \

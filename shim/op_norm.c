@@ -491,11 +491,11 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
             return "aliased";
         if (h3_kernels_function("h3_rmsnorm_f32", norm->stream, &why) == NULL)
             return why;
-        h3_engine_issue(mul, 1);
-        h3_engine_issue(add, 1);
+        h3_issue(mul, 1);
+        h3_issue(add, 1);
         why = h3_nc_launch(norm, &a);
         if (why != NULL) /* the mul and add were issued: the norm and cast must follow */
-            h3_engine_issue(norm, 1), h3_engine_issue(cast, 1);
+            h3_issue(norm, 1), h3_issue(cast, 1);
         h3_op_note(&h3_op_residual_norm, clash);
         return NULL;
     }

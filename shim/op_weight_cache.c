@@ -341,7 +341,7 @@ static unsigned h3_wc_issue_recipe(struct h3_wc_entry *e, const void *stream)
     void *argv[3] = {n, functor, data};
     struct h3_deferred d = {
         .fn = r->fn, .handle = r->handle, .grid = r->grid, .block = r->block, .shmem = r->shmem, .stream = stream, .argv = argv};
-    unsigned failed = h3_engine_issue(&d, 1);
+    unsigned failed = h3_issue(&d, 1);
     h3_wc_filled_on(e, stream);
     return failed;
 }
@@ -969,7 +969,7 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
         uint64_t out;
         memcpy(&out, calls[cast[i]].argv[2], 8);
         int32_t n = i == 0 ? x.n_w : x.n_b;
-        h3_engine_owe(&calls[cast[i]], (struct h3_span){out, out + 2 * (uint64_t)n});
+        h3_op_owe(&calls[cast[i]], (struct h3_span){out, out + 2 * (uint64_t)n});
     }
     return NULL;
 }

@@ -31,7 +31,7 @@ static unsigned h3_replay_plan(const struct h3_sig *sig, uint32_t first, uint32_
 static const char *h3_replay_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     (void)anchor;
-    h3_engine_issue(calls, r->last - r->first + 1);
+    h3_issue(calls, r->last - r->first + 1);
     return NULL;
 }
 
@@ -266,6 +266,31 @@ void h3_op_fallback(const struct h3_op *op, const char *why)
 
 static void h3_left_out_take(uint32_t *outputs, uint64_t *bytes);
 
+/* The writes the op running on this thread owes (h3_op_owe), for the engine. */
+static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
+    unsigned n;
+    struct h3_op_owed at[H3_OWED_MAX];
+} h3_owing;
+
+void h3_op_owe(const struct h3_deferred *d, struct h3_span out)
+{
+    if (h3_owing.n < H3_OWED_MAX) {
+        h3_owing.at[h3_owing.n++] = (struct h3_op_owed){d, out};
+        return;
+    }
+    h3_issue(d, 1); /* no room to owe it: written now, before anything else */
+}
+
+unsigned h3_op_take_owed(struct h3_op_owed *out, unsigned max)
+{
+    unsigned n = h3_owing.n < max ? h3_owing.n : max;
+    memcpy(out, h3_owing.at, n * sizeof(out[0]));
+    for (unsigned i = n; i < h3_owing.n; i++)
+        h3_issue(h3_owing.at[i].d, 1);
+    h3_owing.n = 0;
+    return n;
+}
+
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
 {
     unsigned i = h3_op_index(r->op);
@@ -273,8 +298,11 @@ const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *cal
     uint32_t left;
     uint64_t left_bytes;
     h3_left_out_take(&left, &left_bytes); /* nothing of this run's yet */
+    h3_owing.n = 0;
     const char *why = r->op->run(r, calls, anchor);
     h3_left_out_take(&left, &left_bytes);
+    if (why != NULL)
+        h3_owing.n = 0; /* a run that failed owes nothing: its calls are issued */
     if (t0 != 0)
         atomic_fetch_add_explicit(&h3_op_counts[i].own_ns, h3_own_ns_since(t0, forward0), memory_order_relaxed);
     if (why != NULL) {
