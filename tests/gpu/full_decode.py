@@ -64,8 +64,9 @@ def main():
     ap.add_argument("--mode", default="serving", choices=["serving", "inference"],
                     help="serve.py --mode: the serving pipeline's (default) or inference_mode")
     ap.add_argument("--shim-b", help="another build of the shim: arm P runs it eager with H3SHIM_OPS=--ops, "
-                                     "alternating with O, and arms B and BG (when asked for) with its defaults, "
-                                     "eager and CUDA graphs, alternating with S and SG: two builds in one run")
+                                     "alternating with O (unless B or BG is asked for); arms B and BG run it with "
+                                     "its defaults, eager and CUDA graphs, alternating with S and SG: two builds "
+                                     "in one run")
     a = ap.parse_args()
     replay = {"H3SHIM_OP_REPLAY": "1", "H3SHIM_OPS": "none"}
     ops = {"H3SHIM_OPS": a.ops}
@@ -79,8 +80,8 @@ def main():
     wanted = set(a.arms.split(","))
     graphs_wanted = any(arms[k][1] for k in wanted if k in arms)  # G: the graph arms' reference
     arms = {k: v for k, v in arms.items()
-            if (k == "A" or k in wanted or (k == "G" and graphs_wanted) or (k == "P" and a.shim_b)) and
-            (k not in ("P", "B", "BG") or a.shim_b)}
+            if (k == "A" or k in wanted or (k == "G" and graphs_wanted) or
+                (k == "P" and a.shim_b and not wanted & {"B", "BG"})) and (k not in ("P", "B", "BG") or a.shim_b)}
     docs = {k: [] for k in arms}
     for _ in range(a.rounds):
         for name, (shim, graphs, shim_env) in arms.items():
