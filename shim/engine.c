@@ -614,6 +614,14 @@ static bool h3_group_run(struct h3_queue *q, struct h3_call *c, struct h3_call *
     return done;
 }
 
+/* The writes the op just run owes the program (h3_op_owe), held in `q`. */
+static void h3_group_take_owed(struct h3_queue *q)
+{
+    struct h3_op_owed owed[H3_OWED_MAX];
+    for (unsigned k = 0, n = h3_op_take_owed(owed, H3_OWED_MAX); k < n; k++)
+        h3_queue_owe(q, owed[k].d, owed[k].out);
+}
+
 static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_call *anchor)
 {
     const struct h3_groups *g = q->groups;
@@ -627,6 +635,8 @@ static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_c
         if (r != NULL && r->first == first + i && h3_group_range_ready(q, r, ri, first, anchor)) {
             const char *why = r->anchored ? h3_op_check_range(r, &q->calls[i], anchor)
                                           : h3_op_run(r, &q->calls[i], NULL);
+            if (!r->anchored)
+                h3_group_take_owed(q);
             if (why != NULL) {
                 c->op_fallback = why;
             } else {
@@ -643,9 +653,7 @@ static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_c
     bool anchor_done = false;
     if (pending != NULL) {
         const char *why = h3_op_run(pending, &q->calls[pending_at], anchor);
-        struct h3_op_owed owed[H3_OWED_MAX];
-        for (unsigned k = 0, n = h3_op_take_owed(owed, H3_OWED_MAX); k < n; k++)
-            h3_queue_owe(q, owed[k].d, owed[k].out);
+        h3_group_take_owed(q);
         if (why == NULL) {
             anchor_done = true;
             h3_group_note_op(c, pending);

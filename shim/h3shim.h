@@ -925,6 +925,8 @@ const char *h3_kernels_launch(const char *name, const struct h3_deferred *like, 
  * "no_cooperative_launch", "launch_failed", or h3_kernels_function's). */
 const char *h3_kernels_launch_staged(const char *name, const struct h3_deferred *like, unsigned rows,
                                      unsigned row_bytes, void **args);
+/* The current device's SM count (1 when the driver cannot say): grids sized to the device. */
+unsigned h3_kernels_sm_count(void);
 /* The current device's compute capability as major*10+minor, -1 unknown. */
 int h3_kernels_sm(void);
 

@@ -234,6 +234,23 @@ const char *h3_kernels_launch_staged(const char *name, const struct h3_deferred 
     return "too_many_rows";
 }
 
+unsigned h3_kernels_sm_count(void)
+{
+    static atomic_uint count[64]; /* per device ordinal: 0 unknown */
+    __typeof__(&cuCtxGetDevice) get_device = H3_LIB_FN(CUDA, cuCtxGetDevice);
+    __typeof__(&cuDeviceGetAttribute) attr = H3_LIB_FN(CUDA, cuDeviceGetAttribute);
+    CUdevice dev;
+    if (get_device == NULL || attr == NULL || get_device(&dev) != CUDA_SUCCESS || dev < 0 || dev >= 64)
+        return 1;
+    unsigned known = atomic_load_explicit(&count[dev], memory_order_relaxed);
+    if (known != 0)
+        return known;
+    int sms = 0;
+    known = attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == CUDA_SUCCESS && sms > 0 ? (unsigned)sms : 1;
+    atomic_store_explicit(&count[dev], known, memory_order_relaxed);
+    return known;
+}
+
 int h3_kernels_sm(void)
 {
     static atomic_int sm[64]; /* per device ordinal: 0 unknown, -1 unreadable, else major*10+minor */

@@ -102,9 +102,11 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     /* Eight elements per thread where every access can be 16 bytes wide. */
     const bool wide = width % 8 == 0 && stride % 8 == 0 && (gate | up | silu_out | out) % 16 == 0;
     long long n = wide ? rows * width / 8 : rows * width;
-    unsigned threads = 256, blocks = (unsigned)((n + threads - 1) / threads);
-    if (blocks > (wide ? 132u * 64u : 132u * 32u))
-        blocks = wide ? 132u * 64u : 132u * 32u;
+    /* At most 64 (wide) or 32 blocks an SM; the kernels stride over the rest. */
+    unsigned threads = 256, blocks = (unsigned)((n + threads - 1) / threads),
+             cap = h3_kernels_sm_count() * (wide ? 64u : 32u);
+    if (blocks > cap)
+        blocks = cap;
     const unsigned grid[3] = {blocks, 1, 1}, block[3] = {threads, 1, 1};
     return h3_kernels_launch(wide ? "h3_swiglu_f16x8" : "h3_swiglu_f16", silu, grid, block, args);
 }

@@ -20,6 +20,8 @@
 /* The kernels of the fake module (see cuModuleLoadData below). */
 static struct fake_kernel fake_module_kernels[9];
 
+static unsigned fake_grid_x; /* of the kernel running now, for the fused ops' checks */
+
 static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                     unsigned bz, unsigned shmem, CUstream stream, void **params)
 {
@@ -35,6 +37,7 @@ static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, u
             h = (h ^ ((const unsigned char *)params[i])[b]) * 0x100000001b3ull;
     uint64_t words[10] = {(uint64_t)(uintptr_t)handle, gx, gy, gz, bx, by, bz, shmem, (uint64_t)(uintptr_t)stream, h};
     fakelog_call("cuda", "exec", 10, words, 0);
+    fake_grid_x = gx;
     fake_kernel_run(k, params);
     return CUDA_SUCCESS;
 }
@@ -156,7 +159,7 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice
     else if (a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
         *v = sm % 10;
     else if (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        *v = 132;
+        *v = getenv("FAKE_SM_COUNT") != NULL ? atoi(getenv("FAKE_SM_COUNT")) : 132;
     else if (a == CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)
         *v = getenv("FAKE_NO_COOPERATIVE") == NULL;
     else
@@ -181,8 +184,9 @@ FAKE_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunct
  * launches fail while FAKE_LAUNCH_FAIL is set).  h3_swiglu_f16 (and its
  * eight-wide h3_swiglu_f16x8) logs an entry
  * "swiglu_check" with 1 when its arguments have the H3 block's layout (the up
- * half 8192 elements after the gate, rows of 16384, 1797 rows of 8192), and
- * whether it writes the silu output; h3_rmsnorm_f32 logs "rmsnorm_check"
+ * half 8192 elements after the gate, rows of 16384, 1797 rows of 8192),
+ * whether it writes the silu output, and its grid's blocks (the SM count is
+ * 132, or FAKE_SM_COUNT); h3_rmsnorm_f32 logs "rmsnorm_check"
  * with 1 when its arguments are the H3 block's norm (rows of 2048, eps
  * 1e-5, a weight, the FP16 output) and a bit per output left unwritten (y,
  * rstd, y16);
@@ -201,9 +205,9 @@ static void fake_swiglu(void **p)
 {
     uint64_t gate = *(uint64_t *)p[0], up = *(uint64_t *)p[1];
     long long stride = *(long long *)p[2], rows = *(long long *)p[5], width = *(long long *)p[6];
-    uint64_t words[2] = {up == gate + 2 * 8192 && stride == 16384 && rows == 1797 && width == 8192,
-                         *(uint64_t *)p[3] != 0};
-    fakelog_call("cuda", "swiglu_check", 2, words, 0);
+    uint64_t words[3] = {up == gate + 2 * 8192 && stride == 16384 && rows == 1797 && width == 8192,
+                         *(uint64_t *)p[3] != 0, fake_grid_x};
+    fakelog_call("cuda", "swiglu_check", 3, words, 0);
 }
 
 static void fake_rmsnorm(void **p)

@@ -1627,6 +1627,23 @@ START_TEST(an_op_checks_the_dataflow_a_freed_reference_let_go)
 }
 END_TEST
 
+/* The fused kernels' grids follow the device: swiglu's eight-wide kernel
+ * takes at most 64 blocks an SM (and strides over the rest), so on a GPU
+ * of 2 SMs 128 blocks, on the H200's 132 all 7188 the block's product needs. */
+START_TEST(swiglu_sizes_its_grid_from_the_device)
+{
+    T_NEEDS_KERNELS();
+    static const char *const small[] = {"H3SHIM_OP_SWIGLU=1", "FAKE_SM_COUNT=2", NULL};
+    static const char *const h200[] = {"H3SHIM_OP_SWIGLU=1", NULL};
+    char *log = replay_with("sms-2", small, NULL);
+    ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 1 80 "), T_INSTANCES);
+    free(log);
+    log = replay_with("sms-132", h200, NULL);
+    ck_assert_uint_eq(count_lines_starting(log, "swiglu_check 1 1 1c14 "), T_INSTANCES);
+    free(log);
+}
+END_TEST
+
 START_TEST(weight_cache_casts_each_weight_once)
 {
     /* As in inference mode: the casts' outputs are freed once each GEMM returns. */
@@ -2409,6 +2426,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, swiglu_never_loads_its_kernels_during_capture);
     tcase_add_test(ops, every_fallback_reason_is_reachable);
     tcase_add_test(ops, weight_cache_casts_each_weight_once);
+    tcase_add_test(ops, swiglu_sizes_its_grid_from_the_device);
     tcase_add_test(ops, a_freed_buffers_reference_is_met_by_a_buffer_elsewhere);
     tcase_add_test(ops, an_op_checks_the_dataflow_a_freed_reference_let_go);
     tcase_add_loop_test(ops, weight_cache_writes_the_casts_a_program_keeps, 0, 2);
