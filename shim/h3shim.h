@@ -71,35 +71,16 @@ extern const struct h3_hook_info h3_hooks[H3_FN_COUNT];
 enum h3_level { H3_LEVEL_WARN = 0, H3_LEVEL_INFO = 1, H3_LEVEL_TRACE = 2 };
 enum h3_format { H3_FORMAT_JSONL = 0, H3_FORMAT_CHROME = 1 };
 
+/* The parsed values, one member per row of config.def, typed by its kind. */
+#define H3_CONFIG_TYPE_BOOL bool
+#define H3_CONFIG_TYPE_INT long
+#define H3_CONFIG_TYPE_STR const char *
+#define H3_CONFIG_TYPE_LEVEL int
+#define H3_CONFIG_TYPE_FORMAT int
 struct h3_config {
-    bool disable;
-    bool interpose_driver;
-    const char *trace_path;
-    int trace_format;
-    long trace_backtrace;
-    bool stats;
-    bool trace_params;
-    const char *signatures;
-    bool match;
-    bool engine;
-    bool op_replay;
-    const char *ops;
-    const char *op_swiglu;
-    const char *op_weight_cache;
-    const char *op_norm_cast;
-    const char *op_residual_norm;
-    const char *op_qk_norm_rope;
-    const char *weight_cache_graphs;
-    const char *skip_released;
-    long weight_cache_max_mb;
-    long weight_cache_min_free_pct;
-    const char *sm_allow;
-    long engine_max_calls;
-    long engine_max_bytes;
-    long lt_shadow;
-    int debug_level;
-    const char *debug_subsys;
-    const char *debug_file;
+#define H3_CONFIG(name, type, field, def, help) H3_CONFIG_TYPE_##type field;
+#include "config.def"
+#undef H3_CONFIG
 };
 extern struct h3_config h3_config;
 
@@ -626,12 +607,8 @@ struct h3_op_range {
 };
 
 struct h3_op {
-    const char *name;
-    const char *switch_name;   /* its H3SHIM_OP_<NAME> variable ... */
-    const char *const *switch_value; /* ... and where h3_config holds its value (NULL: a BOOL) */
-    bool test_only;            /* not part of H3SHIM_OPS=all */
-    const int *validated_sms;  /* where it is validated: on by default there */
-    unsigned nvalidated;
+    const char *name;          /* as in ops.def, where its switch and validated SMs are */
+    bool test_only;            /* the replay op: not part of H3SHIM_OPS=all */
     /* Finds the ranges of group [first, last] of `sig` that this op can
      * replace; returns how many it wrote to out[0..max). */
     unsigned (*plan)(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
@@ -790,8 +767,10 @@ uint64_t h3_ops_own_ns(void);
 void h3_ops_print_stats(void (*line)(const char *fmt, ...));
 void h3_ops_reset(void);
 
-extern const struct h3_op h3_op_replay, h3_op_swiglu, h3_op_weight_cache, h3_op_norm_cast, h3_op_residual_norm,
-    h3_op_qk_norm_rope;
+extern const struct h3_op h3_op_replay; /* the test op (H3SHIM_OP_REPLAY), built into ops.c */
+#define H3_OP(name, sw, validated, help) extern const struct h3_op h3_op_##name;
+#include "ops.def"
+#undef H3_OP
 
 /* ---- graphs.c: which CUDA graphs were captured under the shim ---- */
 

@@ -25,10 +25,6 @@
 /* Where each planned value lives in h3_op_range.arg (calls relative to the range's first). */
 enum { NC_NORM, NC_CAST, RN_ADD, RN_ONLY };
 
-/* Validated: tests/evidence/2026-11-29-nvidia-h200-rmsnorm-kernel.md (the kernel against
- * PyTorch, 163 M elements, 0 bits differing) and ...-full-decode-norm-cast.md, ...-all-ops.md
- * (full decode bitwise equal with the op in every block, eager and CUDA graphs). */
-static const int h3_norm_cast_validated[] = {90};
 
 /* Whether pointer parameter `param` of call `c` is recorded as NULL. */
 static bool h3_nc_null(const struct h3_sig_call *c, uint16_t param)
@@ -198,22 +194,11 @@ static const char *h3_nc_run(const struct h3_op_range *r, const struct h3_deferr
 
 const struct h3_op h3_op_norm_cast = {
     .name = "norm_cast",
-    .switch_name = "H3SHIM_OP_NORM_CAST",
-    .switch_value = &h3_config.op_norm_cast,
-    .validated_sms = h3_norm_cast_validated,
-    .nvalidated = H3_ARRAY_LEN(h3_norm_cast_validated),
     .plan = h3_nc_plan,
     .run = h3_nc_run,
 };
 
 /* ---- residual_norm ---- */
-
-/* Validated: tests/evidence/2026-11-30-nvidia-h200-residual-rmsnorm-kernel.json (the kernel
- * against PyTorch, 90 M elements, in place too, 0 bits differing) and ...-full-decode-all5.md
- * (the op in every block with the other four ops, bitwise equal, eager and CUDA graphs); the
- * block's last residual: ...-residual-rmsnorm-kernel-369a5b8.json (no norm outputs) and
- * ...-full-decode-defaults-369a5b8.md. */
-static const int h3_residual_norm_validated[] = {90};
 
 /* The H3 residual's mul: elementwise_kernel<128,4> over BinaryFunctor<float, float, float,
  * MulFunctor<float>> with casting loads (gpu_kernel_impl), 2-D: FP32 dense output, FP16
@@ -504,10 +489,6 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
 
 const struct h3_op h3_op_residual_norm = {
     .name = "residual_norm",
-    .switch_name = "H3SHIM_OP_RESIDUAL_NORM",
-    .switch_value = &h3_config.op_residual_norm,
-    .validated_sms = h3_residual_norm_validated,
-    .nvalidated = H3_ARRAY_LEN(h3_residual_norm_validated),
     .plan = h3_rn_plan,
     .run = h3_rn_run,
 };

@@ -22,12 +22,6 @@
 
 #include "../kernels/qk_params.h"
 
-/* Validated: tests/evidence/2026-11-30-nvidia-h200-qk-norm-rope-kernel.json (every output
- * against PyTorch, 330 M elements, 0 bits differing), the quick decode's per-op arm
- * (2026-11-30-nvidia-h200.md) and ...-full-decode-all5.md (the op in every block with the
- * other four ops, bitwise equal, eager and CUDA graphs); the four-wide kernel:
- * 2026-11-30-...-kernels-wide.md, ...-full-decode-defaults-3c0853c.md. */
-static const int h3_qk_validated[] = {90};
 
 enum { QK_CALLS = 18, QK_HEADS = 32 };
 /* Calls relative to the range's first: per side (q 0, k 1) the copy, norm and
@@ -330,10 +324,6 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
 
 const struct h3_op h3_op_qk_norm_rope = {
     .name = "qk_norm_rope",
-    .switch_name = "H3SHIM_OP_QK_NORM_ROPE",
-    .switch_value = &h3_config.op_qk_norm_rope,
-    .validated_sms = h3_qk_validated,
-    .nvalidated = H3_ARRAY_LEN(h3_qk_validated),
     .plan = h3_qk_plan,
     .run = h3_qk_run,
 };

@@ -21,11 +21,6 @@
 /* Where each planned value lives in h3_op_range.arg. */
 enum { SW_ROWS, SW_WIDTH, SW_IN_STRIDE, SW_SILU_OUT, SW_SILU_IN, SW_MUL_OUT };
 
-/* Validated: tests/evidence/2026-11-29-nvidia-h200-swiglu-kernel.md (every FP16
- * gate pattern, random and adversarial inputs, 0 bits differing) and
- * ...-full-decode-swiglu.md (full decode bitwise equal, eager and graphs); the
- * eight-wide kernel: 2026-11-30-...-kernels-wide.md, ...-full-decode-defaults-3c0853c.md. */
-static const int h3_swiglu_validated[] = {90};
 
 static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
                                unsigned max)
@@ -113,10 +108,6 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
 
 const struct h3_op h3_op_swiglu = {
     .name = "swiglu",
-    .switch_name = "H3SHIM_OP_SWIGLU",
-    .switch_value = &h3_config.op_swiglu,
-    .validated_sms = h3_swiglu_validated,
-    .nvalidated = H3_ARRAY_LEN(h3_swiglu_validated),
     .plan = h3_swiglu_plan,
     .run = h3_swiglu_run,
 };

@@ -34,7 +34,6 @@
 #include <pthread.h>
 #include <string.h>
 
-static const int h3_wc_validated[] = {90}; /* tests/evidence/2026-11-29-nvidia-h200-weight-cache.md */
 /* Where captured GEMMs read the copies by default: tests/evidence/2026-11-30-nvidia-h200-full-decode-graphs.md */
 static const int h3_wc_graphs_validated[] = {90};
 
@@ -1217,10 +1216,6 @@ void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
 
 const struct h3_op h3_op_weight_cache = {
     .name = "weight_cache",
-    .switch_name = "H3SHIM_OP_WEIGHT_CACHE",
-    .switch_value = &h3_config.op_weight_cache,
-    .validated_sms = h3_wc_validated,
-    .nvalidated = 1,
     .plan = h3_wc_plan,
     .run = h3_wc_run,
     .check = h3_wc_check,

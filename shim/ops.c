@@ -37,17 +37,39 @@ static const char *h3_replay_run(const struct h3_op_range *r, const struct h3_de
 
 const struct h3_op h3_op_replay = {
     .name = "replay",
-    .switch_name = "H3SHIM_OP_REPLAY",
     .test_only = true,
     .plan = h3_replay_plan,
     .run = h3_replay_run,
 };
 
-/* Planned from the last to the first: an op that takes more of a group (residual_norm)
- * comes after one that takes a part of it (norm_cast). */
-static const struct h3_op *const h3_ops[] = {&h3_op_replay, &h3_op_swiglu, &h3_op_weight_cache, &h3_op_norm_cast,
-                                             &h3_op_residual_norm, &h3_op_qk_norm_rope};
+/* The test op first, then ops.def's in its planning order. */
+static const struct h3_op *const h3_ops[] = {
+    &h3_op_replay,
+#define H3_OP(name, sw, validated, help) &h3_op_##name,
+#include "ops.def"
+#undef H3_OP
+};
 #define H3_OPS_COUNT H3_ARRAY_LEN(h3_ops)
+
+/* Each op's switch, the h3_config member that holds it, and its validated
+ * SMs, by the op's index in h3_ops (the test op has none of them). */
+#define H3_SMS(...) {__VA_ARGS__}
+#define H3_OP(name, sw, validated, help) static const int h3_validated_##name[] = validated;
+#include "ops.def"
+#undef H3_OP
+static const struct {
+    const char *switch_name;
+    const char *const *switch_value;
+    const int *sms;
+    unsigned nsms;
+} h3_op_facts[H3_OPS_COUNT] = {
+    {"H3SHIM_OP_REPLAY", NULL, NULL, 0},
+#define H3_OP(name, sw, validated, help) \
+    {"H3SHIM_OP_" #sw, &h3_config.op_##name, h3_validated_##name, H3_ARRAY_LEN(h3_validated_##name)},
+#include "ops.def"
+#undef H3_OP
+};
+#undef H3_SMS
 
 #define H3_OP_REASONS 8
 struct h3_op_counts {
@@ -117,12 +139,11 @@ static const char *h3_op_names(void)
     return names;
 }
 
-static int h3_op_switch(const struct h3_op *op)
+static int h3_op_switch(unsigned i)
 {
-    if (op == &h3_op_replay)
+    if (h3_ops[i] == &h3_op_replay)
         return h3_config.op_replay ? 1 : -1;
-    return h3_config_switch(op->switch_name, op->switch_value != NULL ? *op->switch_value : NULL,
-                            "following H3SHIM_OPS", NULL);
+    return h3_config_switch(h3_op_facts[i].switch_name, *h3_op_facts[i].switch_value, "following H3SHIM_OPS", NULL);
 }
 
 void h3_ops_setup(void)
@@ -143,9 +164,10 @@ void h3_ops_setup(void)
     }
     for (unsigned i = 0; i < H3_OPS_COUNT; i++) {
         const struct h3_op *op = h3_ops[i];
-        int sw = h3_op_switch(op);
-        bool named = sw == 1 || (all && !op->test_only) || (list && h3_list_has(ops, op->name));
-        bool on = sw >= 0 ? sw == 1 : named || (!*ops && !op->test_only && op->nvalidated > 0);
+        bool test_only = op->test_only;
+        int sw = h3_op_switch(i);
+        bool named = sw == 1 || (all && !test_only) || (list && h3_list_has(ops, op->name));
+        bool on = sw >= 0 ? sw == 1 : named || (!*ops && !test_only && h3_op_facts[i].nsms > 0);
         h3_op_on[i] = on;
         h3_op_named[i] = named;
         if (on)
@@ -241,7 +263,7 @@ static const char *h3_op_sm_guard(unsigned i, const struct h3_op *op)
                                     "through", sm);
         return "sm_not_allowed";
     }
-    if (!h3_int_in(sm, op->validated_sms, op->nvalidated)) {
+    if (!h3_int_in(sm, h3_op_facts[i].sms, h3_op_facts[i].nsms)) {
         if (!h3_op_named[i]) {
             H3_WARN_ONCE(H3_SUB_ENGINE, "op %s (and any other op not validated on SM %d) is not run there: "
                                         "its calls pass through unfused; H3SHIM_OPS=%s runs it unvalidated",
