@@ -274,17 +274,7 @@ static pthread_once_t h3_queue_once = PTHREAD_ONCE_INIT;
 /* Whether a launch entry point's calls can be held back and issued later. */
 static bool h3_fn_deferrable(enum h3_fn fn)
 {
-    switch (fn) {
-    case H3_FN___cudaLaunchKernel:
-    case H3_FN___cudaLaunchKernel_ptsz:
-    case H3_FN_cudaLaunchKernel:
-    case H3_FN_cudaLaunchKernel_ptsz:
-    case H3_FN_cuLaunchKernel:
-    case H3_FN_cuLaunchKernel_ptsz:
-        return true;
-    default:
-        return false;
-    }
+    return (h3_hooks[fn].props & H3_P_DEFERRABLE) != 0;
 }
 
 /* `holding` is set while the queue holds launches or owes writes: the
@@ -953,8 +943,7 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...))
 
 bool h3_ends_context(enum h3_fn fn)
 {
-    return fn == H3_FN_cudaDeviceReset || fn == H3_FN_cuCtxDestroy_v2 || fn == H3_FN_cuDevicePrimaryCtxReset_v2 ||
-           fn == H3_FN_cuDevicePrimaryCtxRelease_v2;
+    return (h3_hooks[fn].props & H3_P_ENDS_CONTEXT) != 0;
 }
 
 /* Forgets what the shim made on `device` (-1: the current one's) or in

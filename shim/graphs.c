@@ -66,33 +66,16 @@ enum { H3_EDGE_BEGIN = 1, H3_EDGE_END_OPEN, H3_EDGE_END_CLOSED };
 
 enum h3_capture_edge h3_capture_edge_of(enum h3_fn fn)
 {
-    switch (fn) {
-    case H3_FN_cudaStreamBeginCapture:
-    case H3_FN_cudaStreamBeginCapture_ptsz:
-    case H3_FN_cuStreamBeginCapture:      /* CUDA 10.0's form, global mode */
-    case H3_FN_cuStreamBeginCapture_ptsz: /* the same, per-thread stream */
-    case H3_FN_cuStreamBeginCapture_v2:
-    case H3_FN_cuStreamBeginCapture_v2_ptsz:
-        return H3_CAPTURE_BEGIN;
-    case H3_FN_cudaStreamBeginCaptureToGraph:
-    case H3_FN_cudaStreamBeginCaptureToGraph_ptsz:
-    case H3_FN_cuStreamBeginCaptureToGraph:
-    case H3_FN_cuStreamBeginCaptureToGraph_ptsz:
-        return H3_CAPTURE_BEGIN_INTO_GRAPH;
-    case H3_FN_cudaStreamEndCapture:
-    case H3_FN_cudaStreamEndCapture_ptsz:
-    case H3_FN_cuStreamEndCapture:
-    case H3_FN_cuStreamEndCapture_ptsz:
-        return H3_CAPTURE_END;
-    default:
-        return H3_CAPTURE_NONE;
-    }
+    unsigned p = h3_hooks[fn].props;
+    return (p & H3_P_CAPTURE_BEGIN) ? H3_CAPTURE_BEGIN
+           : (p & H3_P_CAPTURE_INTO_GRAPH) ? H3_CAPTURE_BEGIN_INTO_GRAPH
+           : (p & H3_P_CAPTURE_END) ? H3_CAPTURE_END
+                                     : H3_CAPTURE_NONE;
 }
 
 bool h3_is_graph_launch(enum h3_fn fn)
 {
-    return fn == H3_FN_cudaGraphLaunch || fn == H3_FN_cudaGraphLaunch_ptsz || fn == H3_FN_cuGraphLaunch ||
-           fn == H3_FN_cuGraphLaunch_ptsz;
+    return (h3_hooks[fn].props & H3_P_GRAPH_LAUNCH) != 0;
 }
 
 /* The driver's answer: is `stream` being captured (unknown counts as yes)? */

@@ -53,16 +53,28 @@ enum h3_lib {
 enum h3_kind { H3_KIND_LAUNCH, H3_KIND_LIBCALL, H3_KIND_PROCADDR, H3_KIND_CONFIG, H3_KIND_SYNC };
 
 enum h3_fn {
-#define H3_HOOK(lib, kind, ret, name, params, args, describe) H3_FN_##name,
+#define H3_HOOK(lib, kind, ret, name, params, args, describe, ...) H3_FN_##name,
 #include "hooks.def"
 #undef H3_HOOK
     H3_FN_COUNT
 };
 
+/* What hooks.def's last column says of an entry point. */
+enum h3_hook_prop {
+    H3_P_DEFERRABLE = 1u << 0,         /* a launch the engine may hold back and issue later */
+    H3_P_ENDS_CONTEXT = 1u << 1,       /* may end a context (a reset, a destroy, a primary release) */
+    H3_P_CAPTURE_BEGIN = 1u << 2,      /* begins a stream capture */
+    H3_P_CAPTURE_INTO_GRAPH = 1u << 3, /* begins one into an existing graph */
+    H3_P_CAPTURE_END = 1u << 4,        /* ends one */
+    H3_P_GRAPH_LAUNCH = 1u << 5,       /* launches a CUDA graph */
+    H3_P_PER_THREAD = 1u << 6,         /* the per-thread default stream's form (_ptsz) */
+    H3_P_WRITES_ANYWHERE = 1u << 7,    /* writes memory the shim cannot bound (graphs, host functions, batches, cooperative launches) */
+};
 struct h3_hook_info {
     const char *name;
     enum h3_lib lib;
     enum h3_kind kind;
+    unsigned props; /* enum h3_hook_prop bits */
 };
 extern const struct h3_hook_info h3_hooks[H3_FN_COUNT];
 

@@ -12,8 +12,8 @@
 #include "h3shim.h"
 
 const struct h3_hook_info h3_hooks[H3_FN_COUNT] = {
-#define H3_HOOK(lib, kind, ret, name, params, args, describe) \
-    [H3_FN_##name] = {#name, H3_LIB_##lib, H3_KIND_##kind},
+#define H3_HOOK(lib, kind, ret, name, params, args, describe, ...) \
+    [H3_FN_##name] = {#name, H3_LIB_##lib, H3_KIND_##kind, 0u __VA_OPT__(| (__VA_ARGS__))},
 #include "hooks.def"
 #undef H3_HOOK
 };
@@ -221,7 +221,7 @@ static inline bool h3_config_wanted(enum h3_fn fn, const void *caller)
         return h3_slow_##name H3_WITH_CALLER(H3_UNPAREN args);                   \
     }
 
-#define H3_HOOK(lib, kind, ret, name, params, args, describe) \
+#define H3_HOOK(lib, kind, ret, name, params, args, describe, ...) \
     H3_WRAP_##kind(lib, ret, name, params, args, describe)
 #include "hooks.def"
 #undef H3_HOOK
@@ -230,7 +230,7 @@ static inline bool h3_config_wanted(enum h3_fn fn, const void *caller)
 void *h3_driver_wrapper(enum h3_fn fn)
 {
     static void *const wrappers[H3_FN_COUNT] = {
-#define H3_HOOK(lib, kind, ret, name, params, args, describe) [H3_FN_##name] = (void *)&name,
+#define H3_HOOK(lib, kind, ret, name, params, args, describe, ...) [H3_FN_##name] = (void *)&name,
 #include "hooks.def"
 #undef H3_HOOK
     };

@@ -376,21 +376,6 @@ struct h3_wc_sink {
     bool in_sources; /* only the words inside the valid sources' bounds are wanted */
 };
 
-/* The synchronising entry points whose writes the shim cannot bound: graph
- * launches, host functions and callbacks, batched memory operations,
- * cooperative launches.  Named once, so that a copy pays a table load. */
-static bool h3_wc_anywhere[H3_FN_COUNT];
-static pthread_once_t h3_wc_anywhere_once = PTHREAD_ONCE_INIT;
-
-static void h3_wc_anywhere_init(void)
-{
-    static const char *const kinds[] = {"GraphLaunch", "LaunchHostFunc", "AddCallback",
-                                        "BatchMemOp",  "BatchAsync",     "Cooperative"};
-    for (unsigned fn = 0; fn < H3_FN_COUNT; fn++)
-        for (unsigned i = 0; i < H3_ARRAY_LEN(kinds); i++)
-            h3_wc_anywhere[fn] |= h3_hooks[fn].kind == H3_KIND_SYNC && strstr(h3_hooks[fn].name, kinds[i]) != NULL;
-}
-
 /* The parameter buffer of a driver launch's `extra` list (pairs of a key
  * and a value up to CU_LAUNCH_PARAM_END); false for a list the shim does
  * not know every key of. */
@@ -417,8 +402,7 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
                                                                    const struct h3_wc_sink *k)
 {
     if (c->kind == H3_KIND_SYNC) {
-        pthread_once(&h3_wc_anywhere_once, h3_wc_anywhere_init);
-        if (h3_wc_anywhere[c->fn]) {
+        if (h3_hooks[c->fn].props & H3_P_WRITES_ANYWHERE) { /* graphs, host functions, batches, cooperative */
             k->range(k->arg, 0, UINT64_MAX);
         } else if (c->u.sync.dst != NULL) {
             uint64_t dst = (uint64_t)(uintptr_t)c->u.sync.dst, bytes = c->u.sync.bytes;

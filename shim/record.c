@@ -325,7 +325,7 @@ static void h3_desc_launch(struct h3_call *c, const void *handle, struct h3_kern
     /* The fingerprint, device and stream flavour are for the trace; the matcher compares fields. */
     if (!h3_hot.trace_on)
         return;
-    c->per_thread = strstr(h3_hooks[c->fn].name, "_ptsz") != NULL;
+    c->per_thread = (h3_hooks[c->fn].props & H3_P_PER_THREAD) != 0;
     uint64_t h = k != NULL ? k->name_hash : h3_hash(H3_HASH_SEED, "?", 1);
     h = h3_hash(h, c->grid, sizeof(c->grid));
     h = h3_hash(h, c->block, sizeof(c->block));

@@ -160,6 +160,8 @@ check-scripts:
 	python3 tests/scripts/test_gpu_scripts.py
 	@echo "== the documents' relative links"
 	python3 tests/scripts/test_doc_links.py
+	@echo "== hooks.def's property column"
+	python3 tests/scripts/test_hooks_table.py
 	@echo "== shim/'s layering: no call up a floor beyond tests/tools/layering-allowed.txt"
 	python3 tests/scripts/test_layering.py
 	python3 tests/tools/layering.py

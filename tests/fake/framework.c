@@ -204,7 +204,7 @@ static const int32_t fw_lt_zero[2];
 #define FW_FILL(i, x) fw_fill(&(x), sizeof(x), seed, i);
 #define FW_WORD(i, x) sent[i] = fake_arg_word(&(x), sizeof(x));
 
-#define H3_HOOK(lib, kind, ret, name, params, args, describe)            \
+#define H3_HOOK(lib, kind, ret, name, params, args, describe, ...)            \
     static long long fw_call_##name(uint64_t seed, uint64_t *sent, int *nargs) \
     {                                                                     \
         FW_DECLS(params, args)                                            \
@@ -220,7 +220,7 @@ static const int32_t fw_lt_zero[2];
 #undef H3_HOOK
 
 FAKE_EXPORT const struct fw_entry fw_entries[] = {
-#define H3_HOOK(lib, kind, ret, name, params, args, describe) {#name, #lib, #kind, fw_call_##name},
+#define H3_HOOK(lib, kind, ret, name, params, args, describe, ...) {#name, #lib, #kind, fw_call_##name},
 #include "hooks.def"
 #undef H3_HOOK
 };

@@ -50,6 +50,6 @@
 #define FAKE_IF_CUDNN(...) FAKE_STUB("cudnn", __VA_ARGS__)
 #endif
 
-#define H3_HOOK(lib, kind, ret, name, params, args, describe) FAKE_IF_##lib(ret, name, params, args)
+#define H3_HOOK(lib, kind, ret, name, params, args, describe, ...) FAKE_IF_##lib(ret, name, params, args)
 #include "hooks.def"
 #undef H3_HOOK
