@@ -572,10 +572,11 @@ unsigned h3_issue(const struct h3_deferred *calls, uint32_t n);
 unsigned long h3_issue_errors(void);
 void h3_issue_reset(void);
 
-/* (h3_hot.engine_on: matching on, H3SHIM_ENGINE on and an op enabled; set
- * by h3_engine_setup().) */
+/* ---- engine.c: holding back, flushing, running the ops ---- */
+
 /* Chooses the ops and builds the per-signature group tables; after the
- * signatures are loaded. */
+ * signatures are loaded (sets h3_hot.engine_on: matching on, H3SHIM_ENGINE
+ * on and an op enabled). */
 void h3_engine_setup(void);
 /* The engine's part of deciding an observed call (hooks.c runs them in
  * order, the matcher between them).  h3_engine_begin: the capture edges,
@@ -764,10 +765,14 @@ void h3_released_note_free(uint64_t lo, uint64_t hi);
 struct h3_free_mark h3_released_mark(void);
 bool h3_released_since(struct h3_free_mark mark, struct h3_span s);
 
-/* op_norm.c: PyTorch's FP32 RMSNorm launch (with or without weight; no
- * beta, no mean; 32x4 threads) and its vectorized float16_copy. */
+/* ---- op_norm.c ---- */
+
+/* PyTorch's FP32 RMSNorm launch (with or without weight; no beta, no mean;
+ * 32x4 threads) and its vectorized float16_copy. */
 bool h3_sig_is_rmsnorm(const struct h3_sig_call *c, bool weight);
 bool h3_sig_is_half_cast(const struct h3_sig_call *c);
+
+/* ---- ops.c: the op table, counts ---- */
 
 /* Calls an op replaces in range `r`: its launches, and its anchor. */
 static inline unsigned h3_op_range_calls(const struct h3_op_range *r)
@@ -1026,10 +1031,16 @@ static inline uint64_t h3_hash(uint64_t h, const void *data, size_t len)
 }
 #define H3_HASH_SEED 0xcbf29ce484222325ull
 
-/* Number of cached kernels (for stats); calls `fn` for each. */
+/* ---- record.c: the kernels seen ---- */
+
 /* The stats' kernel table: calls per kernel name, most first; and its counts set to 0 (a fork child). */
 void h3_record_print_kernels(void (*line)(const char *fmt, ...));
 void h3_record_reset_counts(void);
+
+/* ---- hooks.c: the exported wrappers ---- */
+
+/* Our wrapper for hooked function `fn` (its exported address). */
+void *h3_driver_wrapper(enum h3_fn fn);
 
 /* ---- driver.c ---- */
 
@@ -1038,8 +1049,6 @@ void h3_record_reset_counts(void);
 void h3_driver_fix_procaddr(const struct h3_call *c, CUresult r);
 /* The interposed answer to dlsym(handle, name), or NULL to forward. */
 void *h3_driver_dlsym_answer(void *handle, const char *name, const void *caller);
-/* Our wrapper for hooked function `fn` (its exported address). */
-void *h3_driver_wrapper(enum h3_fn fn);
 
 /* ---- trace.c ---- */
 

@@ -41,6 +41,15 @@ class Layering(unittest.TestCase):
                                              "void h3_log_say(void)\n{\n}\n"})
         self.assertEqual(layering.main(["--root", self.tree(files)]), 0)
 
+    def test_a_declaration_outside_its_files_section_fails(self):
+        root = self.tree(self.FILES)
+        header = os.path.join(root, "shim", "h3shim.h")
+        open(header, "a").write("/* ---- ops.c: ops ---- */\nvoid h3_op_go(void);\n/* ---- log.c ---- */\n"
+                                "void h3_log_say(void);\n")
+        self.assertEqual(layering.main(["--root", root]), 0)
+        open(header, "a").write("void h3_engine_run(void);\n")  # engine.c's, under log.c's section
+        self.assertEqual(layering.main(["--root", root]), 1)
+
     def test_the_shim_has_no_new_call_up(self):
         self.assertEqual(layering.main([]), 0)
 

@@ -20,7 +20,11 @@ helpers count as shim/h3shim.h, floor 6.
 
     python3 tests/tools/layering.py [--root DIR] [--write]   (--write: rewrite the list)
 
-Exit status 0 when no call runs up beyond the list, 1 otherwise.
+It also fails when a function's declaration in shim/h3shim.h sits outside
+the section ("/* ---- FILE.c ...") of the file that defines it.
+
+Exit status 0 when no call runs up beyond the list and every declaration is
+in its file's section, 1 otherwise.
 """
 import argparse
 import os
@@ -72,6 +76,30 @@ def edges(root):
     return found
 
 
+SECTION = re.compile(r"^/\* ---- ([a-z_0-9]+\.c)\b")
+DECL = re.compile(r"^(?!static\b|extern\b|typedef\b)[A-Za-z_][\w \*]*?\b(h3_\w+)\s*\(")
+
+
+def misplaced(root):
+    """Declarations in h3shim.h outside the section ("/* ---- FILE.c ...") of the file that defines them."""
+    shim = os.path.join(root, "shim")
+    owner = {}
+    for f in sorted(f for f in os.listdir(shim) if f.endswith(".c")):
+        for m in DEF.finditer(COMMENT.sub("", open(os.path.join(shim, f)).read())):
+            owner.setdefault(m.group(1), f)
+    out, section = [], None
+    with open(os.path.join(shim, "h3shim.h")) as h:
+        for n, line in enumerate(h, 1):
+            m = SECTION.match(line)
+            if m:
+                section = m.group(1)
+                continue
+            m = DECL.match(line)
+            if m and not line.rstrip().endswith("{") and owner.get(m.group(1), section) != section:
+                out.append(f"h3shim.h:{n}: {m.group(1)} (defined in {owner[m.group(1)]}) in the section of {section}")
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -95,7 +123,10 @@ def main(argv=None):
     for line in gone:
         print(f"layering: no longer called (delete it from {os.path.basename(allowed_path)}): {line}")
     print(f"layering: {len(found)} calls up, {len(allowed)} allowed, {len(new)} new")
-    return 1 if new else 0
+    wrong = misplaced(a.root)
+    for line in wrong:
+        print(f"layering: a declaration outside its file's section: {line}", file=sys.stderr)
+    return 1 if new or wrong else 0
 
 
 if __name__ == "__main__":
