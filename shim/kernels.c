@@ -246,9 +246,10 @@ unsigned h3_kernels_sm_count(void)
     if (known != 0)
         return known;
     int sms = 0;
-    known = attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == CUDA_SUCCESS && sms > 0 ? (unsigned)sms : 1;
-    atomic_store_explicit(&count[dev], known, memory_order_relaxed);
-    return known;
+    if (attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS || sms <= 0)
+        return 1; /* asked again next time */
+    atomic_store_explicit(&count[dev], (unsigned)sms, memory_order_relaxed);
+    return (unsigned)sms;
 }
 
 int h3_kernels_sm(void)

@@ -191,7 +191,7 @@ check-fuzz-corpus: $(B)/fuzz-replay/fuzz_sigfile $(B)/fuzz-replay/fuzz_config
 	$(B)/fuzz-replay/fuzz_sigfile tests/fuzz/corpus/*
 	$(B)/fuzz-replay/fuzz_config tests/fuzz/corpus-config/*
 
-$(B)/envtable: tests/tools/envtable.c shim/config.def
+$(B)/envtable: tests/tools/envtable.c shim/config.def shim/ops.def
 	@mkdir -p $(@D)
 	$(CC) $(CSTD) $(WARN) -Ishim -o $@ $<
 
