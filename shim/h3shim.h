@@ -28,9 +28,6 @@
 #define H3_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
 #define H3_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Internal status codes: failures stay inside the shim (STYLE.md item 7). */
-enum h3_status { H3_OK = 0, H3_ERR_NOTFOUND, H3_ERR_NOMEM, H3_ERR_INVALID, H3_ERR_IO };
-
 /*
  * Libraries, their sonames (newest first) and the value a wrapper returns when
  * the real function cannot be found (which only happens when the caller
