@@ -1557,35 +1557,45 @@ END_TEST
  * carry (the GEMM reads its bias copy; the moved cast is owed nowhere).
  * With that bias kept (moved-kept), the same address is no freed buffer's:
  * the block's signature breaks on its wiring at call 37. */
+/* Replays `replay` (relative to the repository) with `env` and checks
+ * that the stats hold every string of `want`; returns the log and, in
+ * *stats, the stats. */
+static char *replay_wanting(const char *replay, const char *tag, const char *const *env, const char *const *want,
+                            char **stats)
+{
+    t_run.replay = replay;
+    char *log = replay_with(tag, env, stats);
+    t_run.replay = NULL;
+    for (; *want != NULL; want++)
+        ck_assert_msg(strstr(*stats, *want) != NULL, "%s: expected '%s' in\n%s", tag, *want, tail_of(*stats));
+    return log;
+}
+
 START_TEST(a_freed_buffers_reference_is_met_by_a_buffer_elsewhere)
 {
     T_NEEDS_KERNELS();
     static const char *const env[] = {"H3SHIM_OPS=all", NULL};
     char *stats;
-    t_run.replay = T_REPLAY_MOVED;
-    char *log = replay_with("moved", env, &stats);
-    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 9 complete, 0 broken") != NULL, "%s",
-                  tail_of(stats));
-    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 1 calls met a reference to a buffer the allocator had "
-                                "freed with a buffer elsewhere") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run (108 calls)") != NULL, "%s", tail_of(stats));
+    char *log = replay_wanting(T_REPLAY_MOVED, "moved", env,
+                               T_WANT("minimax-h3-vae-decoder/block: 9 complete, 0 broken",
+                                      "minimax-h3-vae-decoder/block: 1 calls met a reference to a buffer the allocator "
+                                      "had freed with a buffer elsewhere",
+                                      "op weight_cache 36 groups run (108 calls)"),
+                               &stats);
     ck_assert_msg(strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
     free(stats), free(log);
     /* The allocator's reports are trusted as far as the freed-outputs rule is: off, the reference holds. */
     static const char *const off[] = {"H3SHIM_OPS=all", "H3SHIM_SKIP_RELEASED=0", NULL};
-    log = replay_with("moved-off", off, &stats);
-    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 8 complete, 1 broken (first break: wiring at call 37)") !=
-                      NULL, "%s", tail_of(stats));
-    free(stats), free(log);
-    t_run.replay = T_REPLAY_MOVED_KEPT;
-    log = replay_with("moved-kept", env, &stats);
-    t_run.replay = NULL;
-    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 8 complete, 1 broken (first break: wiring at call 37)") !=
-                      NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "with a buffer elsewhere") == NULL, "%s", tail_of(stats));
+    free(replay_wanting(T_REPLAY_MOVED, "moved-off", off,
+                        T_WANT("minimax-h3-vae-decoder/block: 8 complete, 1 broken (first break: wiring at call 37)"),
+                        &stats));
+    free(stats);
     /* The serving signature's first tile, whose call 37 is no freed buffer's, takes the instance. */
-    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block-serving-first: 1 complete") != NULL, "%s",
-                  tail_of(stats));
+    log = replay_wanting(T_REPLAY_MOVED_KEPT, "moved-kept", env,
+                         T_WANT("minimax-h3-vae-decoder/block: 8 complete, 1 broken (first break: wiring at call 37)",
+                                "minimax-h3-vae-decoder/block-serving-first: 1 complete"),
+                         &stats);
+    ck_assert_msg(strstr(stats, "with a buffer elsewhere") == NULL, "%s", tail_of(stats));
     free(stats), free(log);
 }
 END_TEST
@@ -1603,20 +1613,15 @@ START_TEST(an_op_checks_the_dataflow_a_freed_reference_let_go)
     T_NEEDS_KERNELS();
     static const char *const env[] = {"H3SHIM_OPS=all", NULL};
     char *stats;
-    t_run.replay = T_REPLAY_SWIGLU_MOVED;
-    char *log = replay_with("swiglu-moved", env, &stats);
-    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 9 complete, 0 broken") != NULL, "%s",
-                  tail_of(stats));
-    ck_assert_msg(strstr(stats, "op swiglu       8 groups run") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "op swiglu       fallback layout") != NULL, "%s", tail_of(stats));
-    free(stats), free(log);
-    t_run.replay = T_REPLAY_GEMM_MOVED;
-    log = replay_with("gemm-moved", env, &stats);
-    t_run.replay = NULL;
-    ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 9 complete, 0 broken") != NULL, "%s",
-                  tail_of(stats));
-    ck_assert_msg(strstr(stats, "op weight_cache 35 groups run") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "op weight_cache fallback layout") != NULL, "%s", tail_of(stats));
+    free(replay_wanting(T_REPLAY_SWIGLU_MOVED, "swiglu-moved", env,
+                        T_WANT("minimax-h3-vae-decoder/block: 9 complete, 0 broken", "op swiglu       8 groups run",
+                               "op swiglu       fallback layout"),
+                        &stats));
+    free(stats);
+    char *log = replay_wanting(T_REPLAY_GEMM_MOVED, "gemm-moved", env,
+                               T_WANT("minimax-h3-vae-decoder/block: 9 complete, 0 broken",
+                                      "op weight_cache 35 groups run", "op weight_cache fallback layout"),
+                               &stats);
     uint64_t a[64];
     size_t na = distinct_words(log, "lt_operands", 1, a, 64);
     bool moved = false;
