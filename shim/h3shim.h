@@ -702,9 +702,6 @@ static inline bool h3_spans_overlap(struct h3_span a, struct h3_span b)
 {
     return a.lo < b.hi && b.lo < a.hi;
 }
-/* Of a group's outputs in the order its launches write them, those a later
- * one overlaps (freed memory nothing reads; see ops.c): a bit each. */
-uint64_t h3_outputs_freed(const struct h3_span *out, unsigned n);
 
 /* ---- ops.c: the freed-outputs rule ---- */
 

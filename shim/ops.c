@@ -486,7 +486,7 @@ bool h3_sig_root(const struct h3_sig *sig, uint32_t call, uint16_t param, uint16
  * once must not write those: its threads would race with the later
  * output's.  Returns the freed outputs' bits (bit i for out[i]).
  */
-uint64_t h3_outputs_freed(const struct h3_span *out, unsigned n)
+static uint64_t h3_outputs_freed(const struct h3_span *out, unsigned n)
 {
     uint64_t freed = 0;
     for (unsigned i = 0; i < n && i < 64; i++)
