@@ -29,7 +29,7 @@
 
 /* ---- the groups of each signature ---- */
 
-#define H3_ENGINE_MAX_SIGS 8
+#define H3_ENGINE_MAX_SIGS 32
 
 /* For every call of a signature, the first and last call of its group, or
  * -1 for a call in no group (library calls), and which range claims it (-1:
@@ -47,11 +47,14 @@ struct h3_groups {
     unsigned nranges;
 };
 static struct h3_groups h3_groups[H3_ENGINE_MAX_SIGS];
-static unsigned h3_ngroups;
+/* Tables are added (learned signatures) but never removed or changed after
+ * the count that publishes them. */
+static atomic_uint h3_ngroups;
 
 static const struct h3_groups *h3_groups_of(const struct h3_sig *sig)
 {
-    for (unsigned i = 0; i < h3_ngroups; i++)
+    unsigned n = atomic_load_explicit(&h3_ngroups, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++)
         if (h3_groups[i].sig == sig)
             return &h3_groups[i];
     return NULL;
@@ -172,33 +175,77 @@ static unsigned h3_group_ranges(const struct h3_groups *g, uint32_t first)
     return n;
 }
 
+/* Fills and plans group table `g` of signature `s` (index `index`); false without memory. */
+static bool h3_groups_make(struct h3_groups *g, const struct h3_sig *sig, unsigned index)
+{
+    memset(g, 0, sizeof(*g));
+    g->at = calloc(sig->ncalls, sizeof(*g->at));
+    if (g->at == NULL)
+        return false;
+    g->sig = sig;
+    g->index = index;
+    int32_t start = -1;
+    for (uint32_t j = 0; j <= sig->ncalls; j++) {
+        bool launch = j < sig->ncalls && sig->calls[j].kind == H3_SIG_LAUNCH;
+        if (launch && start < 0)
+            start = (int32_t)j;
+        if (!launch && start >= 0) {
+            for (uint32_t k = (uint32_t)start; k < j; k++)
+                g->at[k].first = start, g->at[k].last = (int32_t)j - 1;
+            start = -1;
+        }
+        if (j < sig->ncalls && !launch)
+            g->at[j].first = g->at[j].last = -1;
+    }
+    h3_groups_plan(g);
+    return true;
+}
+
 static void h3_groups_build(void)
 {
-    unsigned n = h3_signatures_count();
-    for (unsigned s = 0; s < n && h3_ngroups < H3_ENGINE_MAX_SIGS; s++) {
-        const struct h3_sig *sig = h3_signatures_get(s);
-        struct h3_groups *g = &h3_groups[h3_ngroups];
-        g->at = calloc(sig->ncalls, sizeof(*g->at));
-        if (g->at == NULL)
-            continue;
-        g->sig = sig;
-        g->index = s;
-        int32_t start = -1;
-        for (uint32_t j = 0; j <= sig->ncalls; j++) {
-            bool launch = j < sig->ncalls && sig->calls[j].kind == H3_SIG_LAUNCH;
-            if (launch && start < 0)
-                start = (int32_t)j;
-            if (!launch && start >= 0) {
-                for (uint32_t k = (uint32_t)start; k < j; k++)
-                    g->at[k].first = start, g->at[k].last = (int32_t)j - 1;
-                start = -1;
-            }
-            if (j < sig->ncalls && !launch)
-                g->at[j].first = g->at[j].last = -1;
+    unsigned n = h3_signatures_count(), made = 0;
+    for (unsigned s = 0; s < n && made < H3_ENGINE_MAX_SIGS; s++)
+        made += h3_groups_make(&h3_groups[made], h3_signatures_get(s), s);
+    atomic_store_explicit(&h3_ngroups, made, memory_order_release);
+}
+
+/* Whether every op that marks the block (h3_op.marks_block) plans a range in
+ * one of the signature's runs of launches, enabled or not. */
+static bool h3_engine_is_block(const struct h3_sig *sig)
+{
+    for (unsigned o = 0; o < h3_ops_count(); o++) {
+        const struct h3_op *op = h3_ops_get(o);
+        bool planned = !op->marks_block;
+        for (uint32_t j = 0; j < sig->ncalls && !planned; j++) {
+            if (sig->calls[j].kind != H3_SIG_LAUNCH || (j > 0 && sig->calls[j - 1].kind == H3_SIG_LAUNCH))
+                continue;
+            uint32_t last = j;
+            while (last + 1 < sig->ncalls && sig->calls[last + 1].kind == H3_SIG_LAUNCH)
+                last++;
+            struct h3_op_range found[8];
+            planned = op->plan(sig, j, last, found, 8) > 0;
         }
-        h3_groups_plan(g);
-        h3_ngroups++;
+        if (!planned)
+            return false;
     }
+    return true;
+}
+
+unsigned h3_engine_learned(const struct h3_sig *sig)
+{
+    unsigned n = atomic_load_explicit(&h3_ngroups, memory_order_acquire);
+    if (!h3_hot.engine_on || n == H3_ENGINE_MAX_SIGS || !h3_engine_is_block(sig) ||
+        !h3_groups_make(&h3_groups[n], sig, h3_signatures_count()))
+        return 0;
+    unsigned planned = 0;
+    for (unsigned r = 0; r < h3_groups[n].nranges; r++)
+        planned += !h3_groups[n].ranges[r].op->test_only;
+    if (planned == 0) {
+        free(h3_groups[n].at);
+        return 0;
+    }
+    atomic_store_explicit(&h3_ngroups, n + 1, memory_order_release);
+    return planned;
 }
 
 /* ---- counters ---- */
@@ -796,7 +843,7 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
     /* The signature the queue holds a group of continued too: the call is
      * its (a signature sorted before it matching the same calls changes
      * nothing), at the place the queue expects. */
-    if (q != NULL && q->n > 0 && q->groups->sig != c->match_sig && q->groups->index < 8 &&
+    if (q != NULL && q->n > 0 && q->groups->sig != c->match_sig && q->groups->index < 32 &&
         ((c->match_continues >> q->groups->index) & 1)) {
         c->match_sig = q->groups->sig;
         c->match_call = q->next;
@@ -825,7 +872,7 @@ static bool h3_engine_decide(struct h3_call *c, struct h3_queue *q)
      * one whose ops plan the most there, whose fallbacks are counted); if
      * that one breaks later, another that matched the same calls adopts it. */
     unsigned planned = starts ? h3_group_ranges(g, j) : 0;
-    for (unsigned s = 0; starts && allowed == 0 && j == 0 && s < 8; s++) {
+    for (unsigned s = 0; starts && allowed == 0 && j == 0 && s < 32 && s < h3_signatures_count(); s++) {
         const struct h3_groups *other = (c->match_starts >> s) & 1 ? h3_groups_of(h3_signatures_get(s)) : NULL;
         if (other == NULL || other == g || other->at[0].first != 0)
             continue;
@@ -895,6 +942,7 @@ void h3_engine_setup(void)
     h3_groups_build();
     for (unsigned i = 0; i < h3_ngroups; i++)
         h3_hot.engine_on |= h3_groups[i].nranges > 0;
+    h3_hot.engine_on |= h3_config.learn; /* the learner may add groups */
     h3_hot.graphs_on = h3_hot.engine_on && h3_wcache_graphs_switch() != 0 && h3_op_enabled(&h3_op_weight_cache);
 }
 

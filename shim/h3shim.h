@@ -163,7 +163,8 @@ struct h3_hot {
     bool observe;        /* init.c: trace, stats or the matcher wants the calls */
     bool stats;          /* init.c: H3SHIM_STATS (h3_config.stats) */
     bool trace_on;       /* trace.c: a trace is being written */
-    bool match_on;       /* init.c: calls are matched (H3SHIM_MATCH or the engine, and a signature) */
+    bool match_on;       /* init.c: calls are matched (H3SHIM_MATCH or the engine, and a signature or learning) */
+    bool learn_on;       /* init.c: groups are learned in the process (H3SHIM_LEARN and the engine) */
     bool engine_on;      /* engine.c: the engine may defer launches */
     bool graphs_on;      /* engine.c: weight copies are tracked into captures */
     atomic_uint holding; /* engine.c, per group: queues holding calls */
@@ -363,8 +364,8 @@ struct h3_call {
     const char *reason;
     const struct h3_sig *match_sig; /* the group this call was matched into */
     uint32_t match_call;            /* its index in that group */
-    uint8_t match_starts;           /* a bit per signature (by index) whose attempt the call began */
-    uint8_t match_continues;        /* a bit per signature (by index) whose attempt the call continued */
+    uint32_t match_starts;          /* a bit per signature (by index) whose attempt the call began */
+    uint32_t match_continues;       /* a bit per signature (by index) whose attempt the call continued */
     uint32_t flushed;               /* deferred calls issued before this one */
     const char *flush_reason;       /* why they were (a string literal) */
     const char *op;                 /* the op that ran at this call, or NULL */
@@ -512,6 +513,10 @@ unsigned h3_signatures_count(void);
 unsigned h3_signatures_rejected(void);
 /* Signature `i` (< h3_signatures_count()). */
 const struct h3_sig *h3_signatures_get(unsigned i);
+/* Adds a signature learned in the process (learn.c); false when the list is
+ * full.  The list only grows: a signature is never freed or moved, and the
+ * count is published after the entry. */
+bool h3_signatures_add(struct h3_sig *sig);
 
 /* ---- match.c: recognising the signatures' groups (H3SHIM_MATCH=1) ---- */
 
@@ -540,6 +545,31 @@ bool h3_match_idle(const struct h3_call *c);
 /* Gathers what the loaded signatures begin with, for h3_match_idle; once,
  * from the initialisation, after the signatures are loaded. */
 void h3_match_setup(void);
+/* A signature was added (learn.c, under its lock): what signatures begin
+ * with is gathered again; each thread's matcher takes it at its next call. */
+void h3_match_learned(void);
+/* A cuBLASLt call's description values in h3_sig_desc_keys order, and its
+ * algorithm's in h3_sig_algo_keys order. */
+void h3_match_lt_values(const struct h3_lt_desc *lt, int64_t *desc, int64_t *algo);
+
+/* ---- learn.c: learning the groups a thread repeats (H3SHIM_LEARN) ---- */
+
+/* Whether learning is on in this process. */
+bool h3_learn_on(void);
+/* Whether call `c` is one the learner keeps (on, this thread still looking,
+ * an identity it can learn and not one of a refused group): such a call is
+ * not idle. */
+bool h3_learn_wants(const struct h3_call *c);
+/* Whether this thread still looks for groups (it then needs every GEMM's
+ * description). */
+bool h3_learn_looking(void);
+/* Calls the learner does not keep came (a call that submits work, calls a
+ * signature took): no group runs across them. */
+void h3_learn_gap(void);
+/* Keeps a matched call, and learns a group when the call completes its
+ * third instance in a row. */
+void h3_learn_observe(const struct h3_call *c);
+void h3_learn_print_stats(void (*line)(const char *fmt, ...));
 
 /* ---- engine.c: deferral, flush and the ops (H3SHIM_ENGINE) ---- */
 
@@ -575,6 +605,12 @@ void h3_issue_reset(void);
  * signatures are loaded (sets h3_hot.engine_on: matching on, H3SHIM_ENGINE
  * on and an op enabled). */
 void h3_engine_setup(void);
+/* Plans the ops in a signature learned in the process and, when it is the
+ * H3 block (every op that marks the block plans a range in it, enabled or
+ * not) and an enabled op plans a range in it, adds its group table (before
+ * the signature is published); returns the ranges planned (0: nothing
+ * added). */
+unsigned h3_engine_learned(const struct h3_sig *sig);
 /* The engine's part of deciding an observed call (hooks.c runs them in
  * order, the matcher between them).  h3_engine_begin: the capture edges,
  * the passthrough defaults; false when nothing is matched.  h3_engine_quiet:
@@ -619,6 +655,10 @@ struct h3_op_range {
 struct h3_op {
     const char *name;          /* as in ops.def, where its switch and validated SMs are */
     bool test_only;            /* the replay op: not part of H3SHIM_OPS=all */
+    /* Plans only in the H3 block (its q/k norm and RoPE, its SwiGLU): a
+     * group learned in the process is taken only where every such op plans
+     * a range, so another model's groups are never fused (h3_engine_learned). */
+    bool marks_block;
     /* Finds the ranges of group [first, last] of `sig` that this op can
      * replace; returns how many it wrote to out[0..max). */
     unsigned (*plan)(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
@@ -686,6 +726,9 @@ struct h3_ew {
     uint32_t stride[3][3]; /* [dim][operand] */
 };
 bool h3_ew_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew *l);
+/* Whether call `c` launches one of PyTorch's own kernels (namespace at::native):
+ * the planners take no other, whatever its name holds. */
+bool h3_sig_is_aten(const struct h3_sig_call *c);
 /* Whether the `n` bytes (u32s) recorded at (param, offset) of launch `c` are `want`. */
 bool h3_sig_bytes_are(const struct h3_sig_call *c, uint16_t param, uint16_t offset, const void *want, unsigned n);
 bool h3_sig_u32s_are(const struct h3_sig_call *c, uint16_t param, uint16_t offset, const uint32_t *want, unsigned n);
@@ -758,6 +801,10 @@ void h3_released_note_free(uint64_t lo, uint64_t hi);
  * mark, or one older than the thread's ring of recent frees). */
 struct h3_free_mark h3_released_mark(void);
 bool h3_released_since(struct h3_free_mark mark, struct h3_span s);
+/* Whether this thread's allocator reported memory in `s` freed between
+ * marks `a` and `b` (a before b): 1 or 0, or -1 when those frees are no
+ * longer (or never were) kept. */
+int h3_released_between(struct h3_free_mark a, struct h3_free_mark b, struct h3_span s);
 
 /* ---- op_norm.c ---- */
 

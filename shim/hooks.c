@@ -95,14 +95,16 @@ static inline void h3_call_end(struct h3_call *c, long long result)
 /*
  * The pipeline for a described call: the engine's first look (captures,
  * matching off), then whether anything could depend on the call (idle),
- * then the matcher, then the engine's decision.  Returns true when the
+ * then the matcher and the learner, then the engine's decision.  Returns true when the
  * call was deferred or executed by an op (the wrapper must not forward it).
  */
 static bool h3_call_decide(struct h3_call *c)
 {
     if (!h3_engine_begin(c))
         return false;
-    if (h3_engine_quiet(c) && (c->kind == H3_KIND_SYNC || h3_match_idle(c))) {
+    if (c->kind == H3_KIND_SYNC)
+        h3_learn_gap(); /* no group is learned across it */
+    if (h3_engine_quiet(c) && (c->kind == H3_KIND_SYNC || (h3_match_idle(c) && !h3_learn_wants(c)))) {
         c->reason = "idle";
         return false;
     }
@@ -110,6 +112,7 @@ static bool h3_call_decide(struct h3_call *c)
         h3_match_interrupt(); /* a call that submits work or synchronises */
     } else {
         h3_match_call(c);
+        h3_learn_observe(c);
         if (h3_hot.stats) /* from the end of the description */
             h3_stats_part_end(c, H3_PART_MATCH);
     }

@@ -40,12 +40,14 @@ static void h3_init_run(void)
     h3_match_setup();
     h3_engine_setup();
     h3_c10_resolve();
-    h3_hot.match_on = (h3_config.match || h3_hot.engine_on) && h3_signatures_count() > 0;
+    h3_hot.learn_on = h3_config.learn && h3_hot.engine_on;
+    h3_hot.match_on = (h3_config.match || h3_hot.engine_on) && (h3_signatures_count() > 0 || h3_hot.learn_on);
     h3_hot.observe = h3_hot.trace_on || h3_hot.stats || h3_hot.match_on;
     h3_hot.lt_remember = h3_config.lt_shadow != 0 && h3_hot.match_on;
     h3_fork_setup();
-    H3_INFO(H3_SUB_INIT, "active: trace %s, stats %s, matching %s, engine %s", h3_hot.trace_on ? "on" : "off",
-            h3_hot.stats ? "on" : "off", h3_hot.match_on ? "on" : "off", h3_hot.engine_on ? "on" : "off");
+    H3_INFO(H3_SUB_INIT, "active: trace %s, stats %s, matching %s, engine %s, learning %s",
+            h3_hot.trace_on ? "on" : "off", h3_hot.stats ? "on" : "off", h3_hot.match_on ? "on" : "off",
+            h3_hot.engine_on ? "on" : "off", h3_hot.learn_on ? "on" : "off");
     atomic_store_explicit(&h3_hot.state, 1, memory_order_release);
     h3_thread.depth--;
 }
@@ -108,6 +110,7 @@ static void h3_stats_report(void)
     h3_record_print_kernels(h3_stats_line);
     if (h3_hot.match_on) {
         h3_match_print_stats(h3_stats_line);
+        h3_learn_print_stats(h3_stats_line);
         h3_engine_print_stats(h3_stats_line);
         h3_lt_print_stats(h3_stats_line);
     }

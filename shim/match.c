@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define H3_MATCH_MAX_SIGS 8
+#define H3_MATCH_MAX_SIGS 32
 
 struct h3_match_progress {
     const struct h3_sig *sig;
@@ -71,13 +71,43 @@ static void h3_match_key_make(void)
     pthread_key_create(&h3_match_key, h3_matcher_free);
 }
 
+/* Adds progress for the signatures this thread's matcher does not have yet
+ * (learned ones come while the process runs); false without memory, when
+ * the signatures it has stay. */
+static bool h3_matcher_grow(struct h3_matcher *m)
+{
+    unsigned n = h3_signatures_count();
+    while (m->nsigs < n && m->nsigs < H3_MATCH_MAX_SIGS) {
+        const struct h3_sig *sig = h3_signatures_get(m->nsigs);
+        struct h3_match_progress *p = &m->p[m->nsigs];
+        p->sig = sig;
+        p->starts_with_matmul = sig->calls[0].kind == H3_SIG_MATMUL;
+        p->values = calloc(sig->nvalues > 0 ? sig->nvalues : 1, sizeof(uint64_t));
+        p->kernels = calloc(sig->ncalls, sizeof(*p->kernels));
+        p->marks = calloc(sig->ncalls, sizeof(*p->marks));
+        if (p->values == NULL || p->kernels == NULL || p->marks == NULL) {
+            free(p->values);
+            free(p->kernels);
+            free(p->marks);
+            memset(p, 0, sizeof(*p));
+            return false;
+        }
+        p->next = 0;
+        m->nsigs++;
+    }
+    return true;
+}
+
 /* This thread's matcher, built at its first observed call; NULL if memory
- * runs out (then nothing is matched on this thread). */
+ * runs out at first (then nothing is matched on this thread). */
 static struct h3_matcher *h3_matcher_get(void)
 {
     struct h3_matcher *m = h3_thread.matcher;
-    if (m != NULL)
+    if (m != NULL) {
+        if (H3_UNLIKELY(m->nsigs < h3_signatures_count() && m->nsigs < H3_MATCH_MAX_SIGS))
+            h3_matcher_grow(m);
         return m;
+    }
     pthread_once(&h3_match_key_once, h3_match_key_make);
     if ((m = pthread_getspecific(h3_match_key)) != NULL)
         return h3_thread.matcher = m;
@@ -85,27 +115,11 @@ static struct h3_matcher *h3_matcher_get(void)
     if (m == NULL)
         return NULL;
     memset(m, 0, sizeof(*m));
-    unsigned n = h3_signatures_count();
-    for (unsigned s = 0; s < n && s < H3_MATCH_MAX_SIGS; s++) {
-        const struct h3_sig *sig = h3_signatures_get(s);
-        struct h3_match_progress *p = &m->p[m->nsigs];
-        p->sig = sig;
-        p->starts_with_matmul = sig->calls[0].kind == H3_SIG_MATMUL;
-        p->values = calloc(sig->nvalues > 0 ? sig->nvalues : 1, sizeof(uint64_t));
-        p->kernels = calloc(sig->ncalls, sizeof(*p->kernels));
-        p->marks = calloc(sig->ncalls, sizeof(*p->marks));
-        m->nsigs++;
-        if (p->values == NULL || p->kernels == NULL || p->marks == NULL) {
-            /* Without memory this thread matches nothing: a signature left
-             * out would shift the indices the counts and the engine use. */
-            for (unsigned i = 0; i < m->nsigs; i++) {
-                free(m->p[i].values);
-                free(m->p[i].kernels);
-                free(m->p[i].marks);
-            }
-            free(m);
-            return NULL;
-        }
+    if (!h3_matcher_grow(m)) {
+        /* Without memory this thread matches nothing: a signature left out
+         * would shift the indices the counts and the engine use. */
+        h3_matcher_free(m);
+        return NULL;
     }
     pthread_setspecific(h3_match_key, m);
     return h3_thread.matcher = m;
@@ -141,7 +155,7 @@ static bool h3_match_ref(const struct h3_match_progress *p, const struct h3_sig_
 }
 
 /* The description values of a cuBLASLt call in h3_sig_desc_keys order. */
-static void h3_match_lt_values(const struct h3_lt_desc *lt, int64_t *desc, int64_t *algo)
+void h3_match_lt_values(const struct h3_lt_desc *lt, int64_t *desc, int64_t *algo)
 {
     int64_t head[10] = {lt->compute, lt->scale, lt->transa, lt->transb, lt->epilogue, lt->bias_type,
                         lt->m,       lt->n,     lt->k,      (int64_t)lt->workspace};
@@ -383,14 +397,14 @@ static bool h3_match_wants_matmul_on(const struct h3_matcher *m, const void *str
 
 bool h3_match_wants_matmul(const void *stream)
 {
-    return h3_match_wants_matmul_on(h3_matcher_get(), stream, false);
+    return h3_learn_looking() || h3_match_wants_matmul_on(h3_matcher_get(), stream, false);
 }
 
 /* Keeps h3_thread.expects_matmul (what a descriptor's Create asks, on any
  * stream) up to date after the progress changed. */
 static void h3_match_note_expectation(const struct h3_matcher *m)
 {
-    h3_thread.expects_matmul = h3_match_wants_matmul_on(m, NULL, true);
+    h3_thread.expects_matmul = h3_learn_looking() || h3_match_wants_matmul_on(m, NULL, true);
     bool attempting = false;
     for (unsigned s = 0; m != NULL && s < m->nsigs; s++)
         attempting |= m->p[s].next > 0;
@@ -400,30 +414,42 @@ static void h3_match_note_expectation(const struct h3_matcher *m)
 /* The signatures' first calls (h3_match_setup, before the shim is active):
  * what can begin an attempt. */
 static struct {
-    uint64_t all;                 /* a bit per signature, as h3_kernel.not_first has them */
-    bool matmul, cudnn;           /* some signature begins with a GEMM, with a cuDNN execution */
+    atomic_ullong all;            /* a bit per signature, as h3_kernel.not_first has them */
+    atomic_bool matmul, cudnn;    /* some signature begins with a GEMM, with a cuDNN execution */
 } h3_match_firsts;
 
 void h3_match_setup(void)
 {
     unsigned n = h3_signatures_count();
+    uint64_t all = 0;
+    bool matmul = false, cudnn = false;
     for (unsigned s = 0; s < n && s < H3_MATCH_MAX_SIGS; s++) {
         const struct h3_sig *sig = h3_signatures_get(s);
-        h3_match_firsts.all |= 1ull << s;
-        h3_match_firsts.matmul |= sig->ncalls > 0 && sig->calls[0].kind == H3_SIG_MATMUL;
-        h3_match_firsts.cudnn |= sig->ncalls > 0 && sig->calls[0].kind == H3_SIG_CUDNN;
+        all |= 1ull << s;
+        matmul |= sig->ncalls > 0 && sig->calls[0].kind == H3_SIG_MATMUL;
+        cudnn |= sig->ncalls > 0 && sig->calls[0].kind == H3_SIG_CUDNN;
     }
+    /* What begins a group only grows: a call found idle before stays idle
+     * for the signatures it was found so for. */
+    atomic_store(&h3_match_firsts.matmul, matmul);
+    atomic_store(&h3_match_firsts.cudnn, cudnn);
+    atomic_store(&h3_match_firsts.all, all);
+}
+
+void h3_match_learned(void)
+{
+    h3_match_setup();
 }
 
 bool h3_match_idle(const struct h3_call *c)
 {
     if (c->kind == H3_KIND_LAUNCH) {
         const struct h3_kernel *k = c->kernel;
-        uint64_t all = h3_match_firsts.all;
+        uint64_t all = atomic_load_explicit(&h3_match_firsts.all, memory_order_relaxed);
         return k != NULL && (atomic_load_explicit(&k->not_first, memory_order_relaxed) & all) == all;
     }
     if (c->fn == H3_FN_cublasLtMatmul) {
-        if (h3_match_firsts.matmul)
+        if (atomic_load_explicit(&h3_match_firsts.matmul, memory_order_relaxed))
             return false;
         for (unsigned s = 0; s < h3_signatures_count() && s < H3_MATCH_MAX_SIGS; s++)
             if (h3_match_gemm_shape(h3_signatures_get(s), &c->u.lt))
@@ -431,7 +457,7 @@ bool h3_match_idle(const struct h3_call *c)
         return true;
     }
     if (c->fn == H3_FN_cudnnBackendExecute)
-        return !h3_match_firsts.cudnn;
+        return !atomic_load_explicit(&h3_match_firsts.cudnn, memory_order_relaxed);
     return true; /* no signature has any other library call */
 }
 
@@ -464,8 +490,7 @@ void h3_match_call(struct h3_call *c)
         if (r == NULL || strcmp(r, "other_stream") == 0)
             continue;
         bool continues = was && (m->p[s].next != 1 || m->p[s].sig->ncalls == 1 || strcmp(r, "group_complete") == 0);
-        if (s < 8)
-            *(continues ? &c->match_continues : &c->match_starts) |= (uint8_t)(1u << s);
+        *(continues ? &c->match_continues : &c->match_starts) |= 1u << s;
         if (strcmp(reason, "no_match") == 0 || (continues && !continued)) {
             reason = r;
             continued = continues;

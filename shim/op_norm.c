@@ -36,7 +36,7 @@ static bool h3_nc_null(const struct h3_sig_call *c, uint16_t param)
 bool h3_sig_is_rmsnorm(const struct h3_sig_call *c, bool weight)
 {
     static const uint16_t sizes[8] = {4, 4, 8, 8, 8, 8, 8, 8};
-    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "vectorized_layer_norm_kernelIffLb1E") != NULL &&
+    return h3_sig_is_aten(c) && strstr(c->kernel, "vectorized_layer_norm_kernelIffLb1E") != NULL &&
            c->nparams == 8 && memcmp(c->param_sizes, sizes, sizeof(sizes)) == 0 && c->have_config &&
            c->block[0] == 32 && c->block[1] == 4 && c->block[2] == 1 && h3_nc_null(c, 4) &&
            h3_nc_null(c, 5) && h3_sig_slot_at(c, 2, 0) >= 0 &&
@@ -46,7 +46,7 @@ bool h3_sig_is_rmsnorm(const struct h3_sig_call *c, bool weight)
 
 bool h3_sig_is_half_cast(const struct h3_sig_call *c)
 {
-    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "float16_copy_kernel_cuda") != NULL &&
+    return h3_sig_is_aten(c) && strstr(c->kernel, "float16_copy_kernel_cuda") != NULL &&
            strstr(c->kernel, "vectorized_elementwise_kernelILi8E") != NULL &&
            strstr(c->kernel, "St5arrayIPcLm2EE") != NULL && c->nparams == 3 && c->param_sizes[0] == 4 &&
            c->param_sizes[1] == 1 && c->param_sizes[2] == 16;
@@ -206,7 +206,7 @@ const struct h3_op h3_op_norm_cast = {
 static bool h3_rn_is_mul(const struct h3_sig_call *c, struct h3_ew2d *l)
 {
     static const uint8_t dtypes[4] = {3, 6, 5, 6}; /* 3 operands: float, half, float */
-    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "gpu_kernel_implINS0_13BinaryFunctorIfffNS0_15binary_"
+    return h3_sig_is_aten(c) && strstr(c->kernel, "gpu_kernel_implINS0_13BinaryFunctorIfffNS0_15binary_"
                                                          "internal10MulFunctorIfEEEEEEvRNS_18TensorIteratorBaseE") != NULL &&
            h3_ew2d_read(c, 3, l) && l->elem[0] == 4 && l->elem[1] == 2 && l->elem[2] == 4 &&
            l->row[0] == 4 * l->width && l->row[1] % 4 == 0 && l->row[2] == 0 && l->width % 4 == 0 &&
@@ -219,7 +219,7 @@ static bool h3_rn_is_add(const struct h3_sig *sig, uint32_t a, uint32_t mul, uin
     const struct h3_sig_call *c = &sig->calls[a];
     uint32_t count, alpha;
     int b = h3_sig_slot_at(c, 2, 16);
-    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEE") &&
+    return h3_sig_is_aten(c) && strstr(c->kernel, "vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEE") &&
            c->nparams == 3 && c->param_sizes[0] == 4 && c->param_sizes[1] == 4 && c->param_sizes[2] == 24 &&
            h3_sig_u32(c, 0, 0, &count) && count == n && h3_sig_u32(c, 1, 0, &alpha) && alpha == 0x3f800000u &&
            h3_sig_slot_at(c, 2, 0) >= 0 && h3_sig_slot_at(c, 2, 8) >= 0 && b >= 0 &&

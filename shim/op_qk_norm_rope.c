@@ -37,7 +37,7 @@ static const uint16_t EW2 = H3_EW2D_DATA(2), EW3 = H3_EW2D_DATA(3);
 
 static bool h3_qk_name(const struct h3_sig_call *c, const char *part)
 {
-    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, part) != NULL;
+    return h3_sig_is_aten(c) && strstr(c->kernel, part) != NULL;
 }
 
 /* The layout of an elementwise launch: n, dims, sizes, strides[dim][operand]. */
@@ -324,6 +324,7 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
 
 const struct h3_op h3_op_qk_norm_rope = {
     .name = "qk_norm_rope",
+    .marks_block = true,
     .plan = h3_qk_plan,
     .run = h3_qk_run,
 };

@@ -28,7 +28,7 @@ static unsigned h3_swiglu_plan(const struct h3_sig *sig, uint32_t first, uint32_
     unsigned n = 0;
     for (uint32_t j = first; j < last && n < max; j++) {
         const struct h3_sig_call *s = &sig->calls[j], *m = &sig->calls[j + 1];
-        if (strstr(s->kernel, "silu_kernel") == NULL || strstr(m->kernel, "MulFunctor") == NULL ||
+        if (!h3_sig_is_aten(s) || !h3_sig_is_aten(m) || strstr(s->kernel, "silu_kernel") == NULL || strstr(m->kernel, "MulFunctor") == NULL ||
             strstr(s->kernel, "c104Half") == NULL || strstr(m->kernel, "IN3c104HalfES5_S5_") == NULL)
             continue;
         struct h3_ew2d ls, lm;
@@ -108,6 +108,7 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
 
 const struct h3_op h3_op_swiglu = {
     .name = "swiglu",
+    .marks_block = true,
     .plan = h3_swiglu_plan,
     .run = h3_swiglu_run,
 };

@@ -135,7 +135,7 @@ static bool h3_wc_is_cast(const struct h3_sig *sig, uint32_t j)
 static bool h3_wc_cast_ok(const struct h3_sig *sig, uint32_t j, uint32_t s)
 {
     const struct h3_sig_call *c = &sig->calls[j];
-    return c->kind == H3_SIG_LAUNCH && strstr(c->kernel, "float16_copy_kernel_cuda") != NULL &&
+    return h3_sig_is_aten(c) && strstr(c->kernel, "float16_copy_kernel_cuda") != NULL &&
            strstr(c->kernel, "St5arrayIPcLm2EE") != NULL && c->nparams == 3 && c->param_sizes[0] == 4 &&
            c->param_sizes[1] == 1 && c->param_sizes[2] == 16 && (int)s == h3_sig_slot_at(c, 2, 0);
 }

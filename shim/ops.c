@@ -441,6 +441,12 @@ bool h3_ew_read(const struct h3_sig_call *c, unsigned nargs, struct h3_ew *l)
     return true;
 }
 
+bool h3_sig_is_aten(const struct h3_sig_call *c)
+{
+    static const char aten[] = "_ZN2at6native";
+    return c->kind == H3_SIG_LAUNCH && c->kernel != NULL && strncmp(c->kernel, aten, sizeof(aten) - 1) == 0;
+}
+
 bool h3_sig_bytes_are(const struct h3_sig_call *c, uint16_t param, uint16_t offset, const void *want, unsigned n)
 {
     for (uint32_t i = 0; i < c->nbytes; i++) {

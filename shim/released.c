@@ -163,3 +163,15 @@ bool h3_released_since(struct h3_free_mark mark, struct h3_span s)
             return true;
     return false;
 }
+
+int h3_released_between(struct h3_free_mark a, struct h3_free_mark b, struct h3_span s)
+{
+    uint32_t n = h3_recent.n;
+    if (a.serial == 0 || a.serial != h3_recent.serial || b.serial != a.serial || n - a.n > H3_RECENT_FREES ||
+        b.n - a.n > n - a.n)
+        return -1;
+    for (uint32_t k = a.n; k != b.n; k++)
+        if (h3_spans_overlap(h3_recent.at[k % H3_RECENT_FREES], s))
+            return 1;
+    return 0;
+}

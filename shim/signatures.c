@@ -4,8 +4,9 @@
  * Owns: the list of signatures parsed at initialisation.
  * Invariants: loading never fails the shim: a file that cannot be read or
  * parsed is reported once (with its file:line message) and ignored; with no
- * signature at all the shim passes everything through.  The list does not
- * change after h3_init().
+ * signature at all the shim passes everything through.  After h3_init() the
+ * list only grows, by signatures learned in the process (h3_signatures_add):
+ * an entry is written before the count that publishes it, and never freed.
  * Never: touches CUDA (SM and library versions are checked when a group is
  * first matched, not here).
  */
@@ -15,6 +16,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,7 +25,8 @@
 #define H3_MAX_SIG_BYTES (16u << 20)
 
 static struct h3_sig *h3_sigs[H3_MAX_SIGNATURES];
-static unsigned h3_nsigs, h3_nrejected;
+static atomic_uint h3_nsigs;
+static unsigned h3_nrejected;
 
 /* Reads and parses one file; reports and counts a failure. */
 static void h3_signatures_load_file(const char *path)
@@ -140,12 +143,26 @@ void h3_signatures_load(void)
         h3_signatures_load_dir(where);
     else
         h3_signatures_load_file(where);
-    H3_INFO(H3_SUB_INIT, "%u signatures loaded, %u files rejected", h3_nsigs, h3_nrejected);
+    H3_INFO(H3_SUB_INIT, "%u signatures loaded, %u files rejected", h3_signatures_count(), h3_nrejected);
 }
 
 unsigned h3_signatures_count(void)
 {
-    return h3_nsigs;
+    return atomic_load_explicit(&h3_nsigs, memory_order_acquire);
+}
+
+bool h3_signatures_add(struct h3_sig *sig)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    unsigned n = atomic_load_explicit(&h3_nsigs, memory_order_relaxed);
+    bool room = n < H3_MAX_SIGNATURES;
+    if (room) {
+        h3_sigs[n] = sig;
+        atomic_store_explicit(&h3_nsigs, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&lock);
+    return room;
 }
 
 unsigned h3_signatures_rejected(void)
@@ -155,5 +172,5 @@ unsigned h3_signatures_rejected(void)
 
 const struct h3_sig *h3_signatures_get(unsigned i)
 {
-    return i < h3_nsigs ? h3_sigs[i] : NULL;
+    return i < h3_signatures_count() ? h3_sigs[i] : NULL;
 }

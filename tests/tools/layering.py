@@ -4,7 +4,7 @@ floor or below it (docs/design.md, "The pipeline").  Floors, top down:
 
   0 entry     hooks.c driver.c init.c fork.c c10_report.c (the entry points)
   1 record    record.c cudnn.c
-  2 match     match.c
+  2 match     match.c learn.c
   3 engine    engine.c
   4 ops       ops.c op_*.c
   5 launch    issue.c kernels.c graphs.c
@@ -33,7 +33,7 @@ import sys
 
 FLOORS = {}
 for floor, names in enumerate([
-        "hooks driver init fork c10_report", "record cudnn", "match", "engine", "ops op_*",
+        "hooks driver init fork c10_report", "record cudnn", "match learn", "engine", "ops op_*",
         "issue kernels graphs", "trace stats config log sigfile signatures resolve json backtrace released lt_shadow h3shim"]):
     for n in names.split():
         FLOORS[n] = floor

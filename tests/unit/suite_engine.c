@@ -7,7 +7,9 @@
  * arguments), compared with the same replay under H3SHIM_DISABLE=1.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -1336,9 +1338,10 @@ static size_t distinct_words(const char *log, const char *prefix, int word, uint
  * does reading them: the same calls run, the same ops. */
 START_TEST(lt_shadow_describes_block_gemms_as_reads_do)
 {
-    static const char *const off[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LT_SHADOW=0", NULL};
-    static const char *const on[] = {"H3SHIM_OP_WEIGHT_CACHE=1", NULL};
-    static const char *const both[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LT_SHADOW=2", NULL};
+    /* Learning off: while a thread looks for groups, every GEMM is described in full. */
+    static const char *const off[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LT_SHADOW=0", "H3SHIM_LEARN=0", NULL};
+    static const char *const on[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LEARN=0", NULL};
+    static const char *const both[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LT_SHADOW=2", "H3SHIM_LEARN=0", NULL};
     char *stats_off, *stats_on, *stats_both;
     char *log_off = replay_with("lt-off", off, &stats_off);
     char *log_on = replay_with("lt-on", on, &stats_on);
@@ -1371,7 +1374,8 @@ END_TEST
  * no block). */
 START_TEST(lt_shadow_check_finds_a_change_past_the_wrappers)
 {
-    static const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LT_SHADOW=2", "FW_LT_BEHIND=1", NULL};
+    static const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LT_SHADOW=2", "FW_LT_BEHIND=1",
+                                      "H3SHIM_LEARN=0", NULL};
     char *stats;
     char *log = replay_with("lt-behind", env, &stats);
     ck_assert_msg(strstr(stats, "a GEMM's remembered descriptor differs from its attributes read back") != NULL, "%s",
@@ -1413,7 +1417,7 @@ START_TEST(lt_shadow_off_after_a_dlsym_of_descriptor_functions)
     if (lt == NULL)
         lt = t_load("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
     ck_assert(dlsym(lt, "cublasLtMatmulDescSetAttribute") != NULL);
-    static const char *const other[] = {"H3SHIM_OP_WEIGHT_CACHE=1", NULL};
+    static const char *const other[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "H3SHIM_LEARN=0", NULL};
     char *stats_other;
     char *log_other = replay_with("lt-dlsym-other", other, &stats_other);
     char served[128];
@@ -1423,7 +1427,7 @@ START_TEST(lt_shadow_off_after_a_dlsym_of_descriptor_functions)
     free(stats_other);
     free(log_other);
     /* The framework itself looks one up: its descriptors are read. */
-    static const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FW_LT_DLSYM=1", NULL};
+    static const char *const env[] = {"H3SHIM_OP_WEIGHT_CACHE=1", "FW_LT_DLSYM=1", "H3SHIM_LEARN=0", NULL};
     char *stats;
     char *log = replay_with("lt-dlsym", env, &stats);
     char want[128];
@@ -1439,20 +1443,32 @@ END_TEST
 /* Another model's calls are forwarded after the least look: once a kernel
  * is known to begin no block, its launches are idle (no attempt to match,
  * no engine, no weight_cache), and so are GEMMs without a block's shape;
- * everything executes exactly as without the shim. */
+ * everything executes exactly as without the shim.  With learning on (the
+ * default), its repeating group (the block stream with other kernels) is
+ * found after three instances and refused, not being the H3 block; from
+ * then on the group's calls are idle too, and the calls outside it stay in
+ * the learner's sight. */
 START_TEST(another_models_calls_are_forwarded_idle)
 {
-    static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
+    static const char *const learn_off[] = {"H3SHIM_OPS=", "H3SHIM_LEARN=0", NULL};
     char *base, *stats;
-    char *log = replay_against_base(T_REPLAY_FOREIGN, "foreign", defaults, &base, &stats);
+    char *log = replay_against_base(T_REPLAY_FOREIGN, "foreign", learn_off, &base, &stats);
     ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
     long calls = stat_after(stats, "shim host time: "), idle = stat_after(stats, "passthrough  idle");
     ck_assert_msg(calls > 500 && idle > calls * 9 / 10, "%ld idle of %ld calls:\n%s", idle, calls, tail_of(stats));
     /* Only each kernel's first launch takes the whole way (32 kernels). */
     ck_assert_msg(stat_after(stats, "passthrough  no_match") <= 32, "%s", tail_of(stats));
-    free(stats);
-    free(log);
-    free(base);
+    free(stats), free(log), free(base);
+
+    static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
+    log = replay_against_base(T_REPLAY_FOREIGN, "foreign-learning", defaults, &base, &stats);
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
+    ck_assert_msg(strstr(stats, "learn: 0 groups learned, 1 refused (42 calls back on the idle path)") != NULL, "%s",
+                  tail_of(stats));
+    /* 9 instances of 42 calls, 138 calls outside them: the 6 instances after the refusal are idle. */
+    calls = stat_after(stats, "shim host time: "), idle = stat_after(stats, "passthrough  idle");
+    ck_assert_msg(calls == 516 && idle >= 6 * 42, "%ld idle of %ld calls:\n%s", idle, calls, tail_of(stats));
+    free(stats), free(log), free(base);
 }
 END_TEST
 
@@ -1462,12 +1478,13 @@ END_TEST
 START_TEST(blocks_after_another_models_idle_calls_fuse)
 {
     static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
+    static const char *const learn_off[] = {"H3SHIM_OPS=", "H3SHIM_LEARN=0", NULL}; /* the idle count below */
     t_run.replay = T_REPLAY_FOREIGN;
     char *foreign = replay_with("foreign", t_disabled, NULL);
     t_run.replay = NULL;
     t_run.replay_before = T_REPLAY_FOREIGN;
     char *stats;
-    char *log = replay_with("foreign-then-h3", defaults, &stats);
+    char *log = replay_with("foreign-then-h3", learn_off, &stats);
     t_run.replay_before = NULL;
     char *alone_stats;
     char *alone = replay_with("h3", defaults, &alone_stats);
@@ -1497,7 +1514,7 @@ END_TEST
  * shim. */
 START_TEST(another_models_graph_is_captured_and_launched_untouched)
 {
-    static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
+    static const char *const defaults[] = {"H3SHIM_OPS=", "H3SHIM_LEARN=0", NULL}; /* the idle count below */
     t_run.graph = (struct fw_graph_opts){0x3000, 0x4000, 2, 0, 0, 0, 0, 0};
     char *base, *stats;
     char *log = replay_against_base(T_REPLAY_FOREIGN, "foreign-graph", defaults, &base, &stats);
@@ -2107,6 +2124,78 @@ START_TEST(the_serving_modes_blocks_fuse_and_keep_every_cast)
 }
 END_TEST
 
+/* The part of `log` after its n-th line starting with `prefix` (1-based). */
+static const char *lines_after(const char *log, const char *prefix, int n)
+{
+    int seen = 0;
+    for (const char *at = log; at != NULL && *at != '\0'; at = strchr(at, '\n') != NULL ? strchr(at, '\n') + 1 : NULL)
+        if (strncmp(at, prefix, strlen(prefix)) == 0 && ++seen == n)
+            return at;
+    ck_assert_msg(false, "fewer than %d lines starting with %s", n, prefix);
+    return NULL;
+}
+
+/* `log` with the first argument of each lt_operands line (a GEMM's A: where
+ * weight_cache put a weight's copy, which depends on when it was made) left out. */
+static char *without_copy_addresses(const char *log)
+{
+    char *out = strdup(log);
+    for (char *at = strstr(out, "lt_operands "); at != NULL; at = strstr(at + 1, "lt_operands ")) {
+        char *arg = at + strlen("lt_operands "), *end = strchr(arg, ' ');
+        if (end != NULL)
+            memmove(arg, end + 1, strlen(end + 1) + 1);
+    }
+    return out;
+}
+
+/*
+ * With no signature loaded, the recorded H200 block trace (with the frees
+ * PyTorch reports in inference mode, replay_frees.py casts) is learned from
+ * its first three blocks in a row (the first stack of three), and the six
+ * blocks after them are fused by every op: once the weight copies exist,
+ * the fakes execute exactly what they execute with the committed signature.
+ * Without the frees the allocator's reuse of addresses within one stack
+ * looks like wiring, and the next stacks' blocks break on it (the stats say
+ * so); the frees tell the learner which equalities were reuse.
+ */
+START_TEST(the_block_is_learned_from_its_first_instances)
+{
+    T_NEEDS_KERNELS();
+    char *none = t_path("no-signatures"), *kept = t_path("learned");
+    ck_assert(mkdir(none, 0777) == 0 || errno == EEXIST);
+    char record[512];
+    snprintf(record, sizeof(record), "H3SHIM_RECORD=%s", kept);
+    const char *const env[] = {"H3SHIM_OPS=all", record, NULL};
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    char *committed_stats;
+    char *committed = replay_with("committed", env, &committed_stats);
+    t_run.sigs = none;
+    char *stats;
+    char *log = replay_with("learned", env, &stats);
+    t_run.sigs = NULL;
+    t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "learn: 1 groups learned, 0 refused") != NULL, "%s", tail_of(stats));
+    static const char *const runs[] = {"op norm_cast    6 groups run (12 calls)", "op residual_norm 12 groups run",
+                                       "op qk_norm_rope 6 groups run (108 calls)", "op swiglu       6 groups run",
+                                       "op weight_cache 24 groups run"};
+    for (size_t i = 0; i < H3_ARRAY_LEN_T(runs); i++)
+        ck_assert_msg(strstr(stats, runs[i]) != NULL, "expected '%s' in\n%s", runs[i], tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL && strstr(stats, "WARN") == NULL, "%s", tail_of(stats));
+    /* The fourth block is the first fused (its q/k op is the learned run's
+     * first); the second stack's blocks make the weight copies that the
+     * committed run made in the first, so from the third stack on (the
+     * seventh block) every call is the committed run's, the copies' addresses
+ * aside. */
+    char *a = without_copy_addresses(lines_after(log, "qk_check ", 4));
+    char *b = without_copy_addresses(lines_after(committed, "qk_check ", 7));
+    ck_assert_msg(strcmp(a, b) == 0, "from the seventh block on, the fakes executed other calls than with the "
+                                     "committed signature");
+    free(a), free(b);
+    ck_assert_uint_eq(count_lines_starting(log, "qk_check "), T_INSTANCES - 3);
+    free(stats), free(log), free(committed), free(committed_stats), free(none), free(kept);
+}
+END_TEST
+
 /* The lines of `log` between the n-th and the (n+1)-th line starting with `prefix` (1-based). */
 static char *lines_between(const char *log, const char *prefix, int n)
 {
@@ -2480,6 +2569,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, qk_norm_rope_replaces_the_18_launches_of_q_and_k);
     tcase_add_test(ops, all_ops_share_the_block);
     tcase_add_test(ops, the_serving_modes_blocks_fuse_and_keep_every_cast);
+    tcase_add_test(ops, the_block_is_learned_from_its_first_instances);
     tcase_add_test(ops, planners_survive_mutated_signatures);
     tcase_add_test(ops, ops_leave_out_what_the_allocator_freed);
     tcase_add_test(ops, frees_before_a_launch_or_switched_off_leave_nothing_out);

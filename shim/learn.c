@@ -1,0 +1,1268 @@
+/*
+ * The learner: finds the groups of calls a thread repeats, and derives their
+ * signatures in the process, with the rules of scripts/record_signature.py
+ * (signatures/README.md), so that a block of a shape, a batch or a build no
+ * committed signature covers is fused after its first instances.
+ *
+ * Owns: per thread, a ring of the last H3_LEARN_RING calls that no signature
+ * took (identity, launch configuration, parameter bytes, library
+ * descriptions) and up to H3_LEARN_CANDIDATES periods being followed; per
+ * process, the identities of groups the planners refused and the counts.
+ * Invariants: a group is learned only when the same sequence of call
+ * identities came H3_LEARN_INSTANCES times in a row on one stream, every
+ * instance with known parameters; the signature is written in format 1 and
+ * parsed by sigfile.c like a committed one, and it is published only when an
+ * op plans a range in it (h3_engine_learned), which checks at every run what
+ * it relies on.  Bounded: fixed memory per thread, constant work per call
+ * (a hash, a table slot, the candidates), and a thread that made
+ * H3_LEARN_PATIENCE calls without one repetition stops looking.
+ * Never: touches CUDA, or changes a call: learning only adds a signature.
+ */
+#include "h3shim.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Calls kept per thread; a group of H3_LEARN_INSTANCES instances must fit. */
+#define H3_LEARN_RING 512
+/* Longest and shortest group learned. */
+#define H3_LEARN_MAX_PERIOD 160
+#define H3_LEARN_MIN_PERIOD 4
+/* Instances in a row before a group is learned (the first ones run unfused). */
+#define H3_LEARN_INSTANCES 3
+/* Periods followed at once per thread. */
+#define H3_LEARN_CANDIDATES 8
+/* Parameter bytes kept per thread, and the most one call may have. */
+#define H3_LEARN_BYTES (256u << 10)
+#define H3_LEARN_CALL_BYTES 8192u
+/* Calls a thread makes without any repetition before it stops looking. */
+#define H3_LEARN_PATIENCE (1u << 20)
+/* Groups learned per process: published, and refused by every planner. */
+#define H3_LEARN_MAX_LEARNED 16
+#define H3_LEARN_MAX_REFUSED 32
+/* Identities of refused groups remembered (open addressing, a power of two). */
+#define H3_LEARN_REFUSED_IDS 4096
+/* The last position of each identity (a power of two). */
+#define H3_LEARN_LAST 1024
+
+/* The rules of record_signature.py, with its numbers. */
+#define H3_LEARN_DEVICE_RADIUS (256ull << 20)
+#define H3_LEARN_GRANULE 512
+#define H3_LEARN_HOST_LOW 0x7F0000000000ull
+#define H3_LEARN_HOST_HIGH 0x800000000000ull
+#define H3_LEARN_BYTES_PER_LINE 2048
+
+/* One call the learner keeps. */
+struct h3_learn_call {
+    uint64_t id;   /* its identity (h3_learn_identity); a gap's is unique */
+    uint8_t kind;  /* enum h3_sig_kind, or H3_LEARN_GAP */
+    const void *stream;
+    const struct h3_kernel *kernel;
+    unsigned grid[3], block[3], shmem;
+    uint32_t nparams;
+    uint64_t at; /* launches: where its sizes and bytes lie in the byte ring (absolute) */
+    uint32_t len;
+    struct h3_free_mark mark; /* the thread's frees before it (h3_released_mark) */
+    union {
+        struct {
+            int64_t desc[H3_SIG_DESC_KEYS], algo[H3_SIG_ALGO_KEYS];
+            bool have_algo;
+            uint64_t ptr[H3_SIG_OPERANDS], workspace;
+        } mm;
+        struct {
+            uint32_t n;
+            int64_t uids[H3_CUDNN_MAX_TENSORS];
+            uint64_t ptrs[H3_CUDNN_MAX_TENSORS];
+            uint64_t workspace;
+        } dnn;
+    } u;
+};
+#define H3_LEARN_GAP 0xff
+
+struct h3_learn_candidate {
+    uint32_t period; /* 0: free */
+    uint64_t start;  /* the first instance's first call (absolute position) */
+    bool done;       /* learned (or refused) already: followed until it breaks */
+};
+
+struct h3_learner {
+    struct h3_learn_call ring[H3_LEARN_RING];
+    uint64_t n;           /* calls kept so far (absolute position of the next) */
+    uint8_t *bytes;       /* H3_LEARN_BYTES */
+    uint64_t bytes_head;  /* absolute */
+    struct {
+        uint64_t id, at;
+    } last[H3_LEARN_LAST];
+    struct h3_learn_candidate cand[H3_LEARN_CANDIDATES];
+    uint64_t since_repeat; /* calls since a period last reached two instances */
+    bool gap;              /* calls the learner did not keep came since the last one */
+    bool stopped;
+};
+
+static __thread struct h3_learner *h3_learner_tls;
+static __thread bool h3_learner_failed;
+static pthread_key_t h3_learn_key;
+static pthread_once_t h3_learn_key_once = PTHREAD_ONCE_INIT;
+
+static pthread_mutex_t h3_learn_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_ullong h3_learn_refused_ids[H3_LEARN_REFUSED_IDS];
+static struct {
+    atomic_uint learned, refused, duplicates, unlearnable, threads, stopped;
+    atomic_ulong refused_calls;
+} h3_learn_counts;
+static uint64_t h3_learn_bodies[H3_LEARN_MAX_LEARNED]; /* hashes of the learned texts, under the lock */
+static unsigned h3_learn_nbodies;
+
+static void h3_learner_free(void *arg)
+{
+    struct h3_learner *l = arg;
+    h3_learner_tls = NULL;
+    if (l != NULL)
+        free(l->bytes);
+    free(l);
+}
+
+static void h3_learn_key_make(void)
+{
+    pthread_key_create(&h3_learn_key, h3_learner_free);
+}
+
+bool h3_learn_on(void)
+{
+    return h3_hot.learn_on;
+}
+
+bool h3_learn_looking(void)
+{
+    const struct h3_learner *l = h3_learner_tls;
+    return h3_hot.learn_on && !h3_learner_failed && (l == NULL || !l->stopped);
+}
+
+/* This thread's learner, made at its first call; NULL when out of memory
+ * or stopped. */
+static struct h3_learner *h3_learner_get(void)
+{
+    struct h3_learner *l = h3_learner_tls;
+    if (l != NULL || h3_learner_failed)
+        return l != NULL && !l->stopped ? l : NULL;
+    pthread_once(&h3_learn_key_once, h3_learn_key_make);
+    l = calloc(1, sizeof(*l));
+    if (l != NULL && (l->bytes = malloc(H3_LEARN_BYTES)) == NULL) {
+        free(l);
+        l = NULL;
+    }
+    if (l == NULL) {
+        h3_learner_failed = true;
+        H3_WARN(H3_SUB_HOOK, "out of memory for the learner: this thread learns nothing");
+        return NULL;
+    }
+    pthread_setspecific(h3_learn_key, l);
+    atomic_fetch_add(&h3_learn_counts.threads, 1);
+    return h3_learner_tls = l;
+}
+
+/* ---- identities ---- */
+
+static uint64_t h3_learn_mix(uint64_t h, uint64_t v)
+{
+    return h3_hash(h, &v, sizeof(v));
+}
+
+/* Whether a cuBLASLt call's description is complete enough to learn. */
+static bool h3_learn_lt_known(const struct h3_call *c)
+{
+    return c->fn == H3_FN_cublasLtMatmul && c->detail && c->u.lt.d.rows != 0;
+}
+
+/* A call's identity: what must be equal for two calls to be one call of a
+ * group (record_signature.py: the kernel, launch configuration and
+ * parameter sizes; a matmul's description without pointers or algorithm; a
+ * cuDNN variant pack's unique ids).  0: the call cannot be learned. */
+static uint64_t h3_learn_identity(const struct h3_call *c)
+{
+    uint64_t h = H3_HASH_SEED;
+    if (c->kind == H3_KIND_LAUNCH) {
+        if (c->kernel == NULL || c->args == NULL || !c->kernel->params_known)
+            return 0;
+        h = h3_learn_mix(h, (uint64_t)(uintptr_t)c->kernel);
+        h = h3_hash(h, c->grid, sizeof(c->grid));
+        h = h3_hash(h, c->block, sizeof(c->block));
+        h = h3_learn_mix(h, c->shmem);
+        return h3_learn_mix(h, c->nparams) | 1;
+    }
+    if (c->fn == H3_FN_cublasLtMatmul) {
+        if (!h3_learn_lt_known(c))
+            return 0;
+        int64_t desc[H3_SIG_DESC_KEYS], algo[H3_SIG_ALGO_KEYS];
+        h3_match_lt_values(&c->u.lt, desc, algo);
+        return h3_hash(h3_learn_mix(h, 2), desc, sizeof(desc)) | 1;
+    }
+    if (c->fn == H3_FN_cudnnBackendExecute) {
+        const struct h3_cudnn_desc *d = &c->u.dnn;
+        if (!d->known || d->count <= 0 || d->count > H3_CUDNN_MAX_TENSORS)
+            return 0;
+        return h3_hash(h3_learn_mix(h, 3), d->uids, (size_t)d->count * sizeof(int64_t)) | 1;
+    }
+    return 0; /* cuBLAS's own GEMMs: format 1 cannot describe them */
+}
+
+static bool h3_learn_refused(uint64_t id)
+{
+    for (unsigned i = 0; i < 16; i++) {
+        uint64_t v = atomic_load_explicit(&h3_learn_refused_ids[(id + i) & (H3_LEARN_REFUSED_IDS - 1)],
+                                          memory_order_relaxed);
+        if (v == id)
+            return true;
+        if (v == 0)
+            return false;
+    }
+    return false;
+}
+
+static void h3_learn_refuse_id(uint64_t id)
+{
+    for (unsigned i = 0; i < 16; i++) {
+        atomic_ullong *slot = &h3_learn_refused_ids[(id + i) & (H3_LEARN_REFUSED_IDS - 1)];
+        uint64_t expected = 0;
+        if (atomic_compare_exchange_strong(slot, &expected, id) || expected == id)
+            return;
+    }
+}
+
+bool h3_learn_wants(const struct h3_call *c)
+{
+    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC)
+        return false;
+    struct h3_learner *l = h3_learner_tls;
+    if (l != NULL && l->stopped)
+        return false;
+    uint64_t id = h3_learn_identity(c);
+    return id != 0 && !h3_learn_refused(id);
+}
+
+void h3_learn_gap(void)
+{
+    struct h3_learner *l = h3_learner_tls;
+    if (l != NULL)
+        l->gap = true;
+}
+
+/* ---- the ring ---- */
+
+static struct h3_learn_call *h3_learn_at(struct h3_learner *l, uint64_t pos)
+{
+    return &l->ring[pos % H3_LEARN_RING];
+}
+
+/* Where a kept launch's sizes (uint16 each) and then bytes lie; NULL when
+ * the byte ring overwrote them. */
+static const uint8_t *h3_learn_bytes_of(const struct h3_learner *l, const struct h3_learn_call *e)
+{
+    if (l->bytes_head - e->at > H3_LEARN_BYTES)
+        return NULL;
+    return l->bytes + e->at % H3_LEARN_BYTES;
+}
+
+static const uint16_t *h3_learn_sizes(const struct h3_learner *l, const struct h3_learn_call *e)
+{
+    return (const uint16_t *)(const void *)h3_learn_bytes_of(l, e);
+}
+
+/* Parameter p's bytes of a kept launch (its sizes must be known). */
+static const uint8_t *h3_learn_param(const struct h3_learner *l, const struct h3_learn_call *e, uint32_t p)
+{
+    const uint8_t *b = h3_learn_bytes_of(l, e);
+    const uint16_t *sizes = (const uint16_t *)(const void *)b;
+    size_t off = ((size_t)e->nparams * 2 + 7) & ~(size_t)7;
+    for (uint32_t i = 0; i < p; i++)
+        off += sizes[i];
+    return b + off;
+}
+
+/* Keeps a launch's sizes and bytes; false when it has too many. */
+static bool h3_learn_keep_bytes(struct h3_learner *l, struct h3_learn_call *e, const struct h3_call *c)
+{
+    size_t head = ((size_t)c->nparams * 2 + 7) & ~(size_t)7, total = head;
+    for (uint32_t i = 0; i < c->nparams; i++) {
+        if (c->param_sizes[i] < 1 || c->param_sizes[i] > 4096)
+            return false;
+        total += c->param_sizes[i];
+    }
+    if (total > H3_LEARN_CALL_BYTES)
+        return false;
+    uint64_t at = (l->bytes_head + 7) & ~7ull;
+    if (at % H3_LEARN_BYTES + total > H3_LEARN_BYTES)
+        at += H3_LEARN_BYTES - at % H3_LEARN_BYTES; /* wrap: a call's bytes lie together */
+    uint8_t *b = l->bytes + at % H3_LEARN_BYTES;
+    memcpy(b, c->param_sizes, (size_t)c->nparams * 2);
+    size_t off = head;
+    for (uint32_t i = 0; i < c->nparams; i++) {
+        memcpy(b + off, c->args[i], c->param_sizes[i]);
+        off += c->param_sizes[i];
+    }
+    e->at = at;
+    e->len = (uint32_t)total;
+    l->bytes_head = at + total;
+    return true;
+}
+
+/* Fills the ring entry of a call; false when it cannot be kept (a gap then). */
+static bool h3_learn_keep(struct h3_learner *l, struct h3_learn_call *e, const struct h3_call *c, uint64_t id)
+{
+    memset(e, 0, offsetof(struct h3_learn_call, u));
+    e->id = id;
+    e->stream = c->stream;
+    e->mark = h3_released_mark();
+    if (c->kind == H3_KIND_LAUNCH) {
+        e->kind = H3_SIG_LAUNCH;
+        e->kernel = c->kernel;
+        memcpy(e->grid, c->grid, sizeof(e->grid));
+        memcpy(e->block, c->block, sizeof(e->block));
+        e->shmem = c->shmem;
+        e->nparams = c->nparams;
+        return h3_learn_keep_bytes(l, e, c);
+    }
+    if (c->fn == H3_FN_cublasLtMatmul) {
+        const struct h3_lt_desc *lt = &c->u.lt;
+        e->kind = H3_SIG_MATMUL;
+        h3_match_lt_values(lt, e->u.mm.desc, e->u.mm.algo);
+        e->u.mm.have_algo = lt->have_algo;
+        const void *ops[H3_SIG_OPERANDS] = {lt->A, lt->B, lt->C, lt->D, lt->bias};
+        for (unsigned i = 0; i < H3_SIG_OPERANDS; i++)
+            e->u.mm.ptr[i] = (uint64_t)(uintptr_t)ops[i];
+        e->u.mm.workspace = (uint64_t)(uintptr_t)lt->workspace_ptr;
+        return true;
+    }
+    const struct h3_cudnn_desc *d = &c->u.dnn;
+    e->kind = H3_SIG_CUDNN;
+    e->u.dnn.n = (uint32_t)d->count;
+    memcpy(e->u.dnn.uids, d->uids, sizeof(e->u.dnn.uids));
+    for (uint32_t i = 0; i < e->u.dnn.n; i++)
+        e->u.dnn.ptrs[i] = (uint64_t)(uintptr_t)d->ptrs[i];
+    e->u.dnn.workspace = (uint64_t)(uintptr_t)d->workspace;
+    return true;
+}
+
+/* ---- deriving a signature from the instances (record_signature.py's rules) ---- */
+
+struct h3_learn_slot {
+    uint16_t param, offset; /* launch: parameter, byte offset; matmul: operand; cudnn: uid index */
+    int64_t uid;
+    uint64_t v[H3_LEARN_INSTANCES];
+    int ref; /* -1 first, -2 null, else index of the referred slot in the group's slot list */
+    int64_t delta;
+    int root;        /* the group slot index of the buffer's first slot */
+    int64_t offset_in_root;
+    uint32_t call;
+};
+
+struct h3_learn_range {
+    uint16_t param, a, b;
+};
+
+struct h3_learn_pos {
+    const struct h3_learn_call *e[H3_LEARN_INSTANCES];
+    uint32_t first_slot, nslots; /* into the group's slot list */
+    struct h3_learn_range unused[64];
+    unsigned nunused;
+    uint32_t masked[64]; /* param << 16 | offset of words that are padding */
+    unsigned nmasked;
+};
+
+struct h3_learn_group {
+    const struct h3_learner *l;
+    uint32_t n;
+    struct h3_learn_pos *pos;
+    struct h3_learn_slot *slots;
+    uint32_t nslots, cap;
+    uint64_t *known; /* device addresses for certain, sorted */
+    uint32_t nknown, capknown;
+};
+
+static struct h3_learn_slot *h3_learn_slot_new(struct h3_learn_group *g)
+{
+    if (g->nslots == g->cap) {
+        uint32_t cap = g->cap ? g->cap * 2 : 256;
+        struct h3_learn_slot *s = realloc(g->slots, cap * sizeof(*s));
+        if (s == NULL)
+            return NULL;
+        g->slots = s, g->cap = cap;
+    }
+    struct h3_learn_slot *s = &g->slots[g->nslots++];
+    memset(s, 0, sizeof(*s));
+    return s;
+}
+
+static int h3_learn_u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool h3_learn_known_add(struct h3_learn_group *g, uint64_t v)
+{
+    if (v == 0)
+        return true;
+    if (g->nknown == g->capknown) {
+        uint32_t cap = g->capknown ? g->capknown * 2 : 1024;
+        uint64_t *k = realloc(g->known, cap * sizeof(*k));
+        if (k == NULL)
+            return false;
+        g->known = k, g->capknown = cap;
+    }
+    g->known[g->nknown++] = v;
+    return true;
+}
+
+static bool h3_learn_near(const struct h3_learn_group *g, uint64_t v)
+{
+    uint32_t lo = 0, hi = g->nknown;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (g->known[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < g->nknown && g->known[lo] - v <= H3_LEARN_DEVICE_RADIUS)
+        return true;
+    return lo > 0 && v - g->known[lo - 1] <= H3_LEARN_DEVICE_RADIUS;
+}
+
+static uint64_t h3_learn_word(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static uint32_t h3_learn_u32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Whether data[off, off+12) is IntDivider<uint32_t>(d) for some d >= 1. */
+static bool h3_learn_int_divider(const uint8_t *data, size_t off)
+{
+    uint64_t d = h3_learn_u32(data + off), m1 = h3_learn_u32(data + off + 4), shift = h3_learn_u32(data + off + 8);
+    if (d < 1 || shift > 32 || (1ull << shift) < d || (shift > 0 && (1ull << (shift - 1)) >= d))
+        return false;
+    return m1 == (uint32_t)(((1ull << 32) * ((1ull << shift) - d)) / d + 1);
+}
+
+#define H3_OC_MAX_DIMS 25
+#define H3_OC_DIVIDER 12
+
+static bool h3_learn_is_slot(const struct h3_learn_group *g, const struct h3_learn_pos *pos, uint32_t p, size_t off)
+{
+    for (uint32_t i = pos->first_slot; i < pos->first_slot + pos->nslots; i++)
+        if (g->slots[i].param == p && g->slots[i].offset == off)
+            return true;
+    return false;
+}
+
+static void h3_learn_unused(struct h3_learn_pos *pos, uint32_t p, size_t a, size_t b)
+{
+    if (b > a && pos->nunused < H3_ARRAY_LEN(pos->unused))
+        pos->unused[pos->nunused++] = (struct h3_learn_range){(uint16_t)p, (uint16_t)a, (uint16_t)b};
+}
+
+static bool h3_learn_in_unused(const struct h3_learn_pos *pos, uint32_t p, size_t off)
+{
+    for (unsigned i = 0; i < pos->nunused; i++)
+        if (pos->unused[i].param == p && pos->unused[i].a <= off && off < pos->unused[i].b)
+            return true;
+    return false;
+}
+
+/* CatArrayBatchedCopy's metadata parameter: the entries past grid.y. */
+static void h3_learn_cat_unused(struct h3_learn_pos *pos, const char *kernel, size_t size)
+{
+    const char *m = strstr(kernel, "CatArrayBatchedCopyI");
+    if (m == NULL)
+        return;
+    /* The first "E[jm]Li<dims>ELi<batch>ELi<stride>EEEv" after it. */
+    char it = 0;
+    int dims = -1, batch = -1, stride = -1;
+    for (const char *x = m; x[0] != '\0' && it == 0; x++) {
+        int used = 0;
+        if (x[0] == 'E' && (x[1] == 'j' || x[1] == 'm') && x[2] == 'L' && x[3] == 'i' &&
+            (sscanf(x + 1, "%cLi%dELi%dELi%dEEEv%n", &it, &dims, &batch, &stride, &used) != 4 || used == 0))
+            it = 0;
+    }
+    if (it == 0 || dims < 0 || batch < 0 || stride < 0)
+        return;
+    size_t index = it == 'j' ? 4 : 8;
+    size_t entries[6] = {8, index, index, index, 1, 2 * (size_t)dims * index};
+    size_t counts[6] = {(size_t)batch, (size_t)batch, (size_t)batch, (size_t)batch, (size_t)batch, (size_t)stride};
+    size_t starts[6], off = 0;
+    for (int i = 0; i < 6; i++) {
+        size_t align = i == 5 ? index : entries[i];
+        off = (off + align - 1) / align * align;
+        starts[i] = off;
+        off += entries[i] * counts[i];
+    }
+    if ((off + 7) / 8 * 8 != size)
+        return;
+    size_t used = pos->e[0]->grid[1];
+    for (int i = 0; i < 6; i++)
+        if (used < counts[i])
+            h3_learn_unused(pos, 1, starts[i] + entries[i] * used, starts[i] + entries[i] * counts[i]);
+}
+
+static const char *const h3_learn_empty_functors[] = {
+    "float16_copy_kernel_cudaERNS_18TensorIteratorBaseEEUlfE_",
+    "direct_copy_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE5_clEvEUlfE_",
+};
+#define H3_LEARN_VECTORIZED "_ZN2at6native29vectorized_elementwise_kernel"
+#define H3_LEARN_LEGACY "_ZN2at6native18elementwise_kernelILi128ELi4EZNS0_15gpu_kernel_impl"
+
+/* Whether the kernel is one of PyTorch's elementwise kernels that take a lambda closure. */
+static bool h3_learn_closure_kernel(const char *k)
+{
+    if (strncmp(k, H3_LEARN_VECTORIZED, strlen(H3_LEARN_VECTORIZED)) == 0)
+        return true;
+    const char *pre = "_ZN2at6native18elementwise_kernelILi";
+    if (strncmp(k, pre, strlen(pre)) != 0)
+        return false;
+    k += strlen(pre);
+    while (*k >= '0' && *k <= '9')
+        k++;
+    if (strncmp(k, "ELi", 3) != 0)
+        return false;
+    k += 3;
+    while (*k >= '0' && *k <= '9')
+        k++;
+    return strncmp(k, "EZNS0_15gpu_kernel_implI", 24) == 0 || strncmp(k, "EZNS0_22gpu_kernel_impl_nocastI", 31) == 0;
+}
+
+/* The bytes of launch `pos` that its kernel cannot read (record_signature.py's unused_ranges). */
+static void h3_learn_mask_unused(const struct h3_learn_group *g, struct h3_learn_pos *pos)
+{
+    const struct h3_learn_call *e = pos->e[0];
+    const char *kernel = e->kernel->name;
+    bool empty = false;
+    for (size_t i = 0; i < H3_ARRAY_LEN(h3_learn_empty_functors); i++)
+        empty |= strstr(kernel, h3_learn_empty_functors[i]) != NULL;
+    const uint16_t *sizes = h3_learn_sizes(g->l, e);
+    for (uint32_t p = 0; p < e->nparams; p++) {
+        const uint8_t *data = h3_learn_param(g->l, e, p);
+        size_t size = sizes[p];
+        unsigned before = pos->nunused;
+        if (p == 1)
+            h3_learn_cat_unused(pos, kernel, size);
+        if (empty && strncmp(kernel, H3_LEARN_VECTORIZED, strlen(H3_LEARN_VECTORIZED)) == 0 && p == 1 && size == 1)
+            h3_learn_unused(pos, p, 0, 1);
+        const size_t span = 4 + H3_OC_MAX_DIMS * H3_OC_DIVIDER;
+        for (size_t off = 0; size > span && off < size - span; off += 4) {
+            uint32_t dims = h3_learn_u32(data + off);
+            if (dims < 1 || dims > H3_OC_MAX_DIMS)
+                continue;
+            bool ok = true;
+            for (uint32_t i = 0; i < dims && ok; i++)
+                ok = h3_learn_int_divider(data, off + 4 + H3_OC_DIVIDER * i);
+            if (!ok)
+                continue;
+            size_t strides = off + span;
+            for (size_t nargs = 1; nargs <= 8; nargs++) {
+                size_t end = strides + 4 * H3_OC_MAX_DIMS * nargs, first = (end + 7) / 8 * 8;
+                bool all = first + 8 * nargs <= size && !h3_learn_is_slot(g, pos, p, first + 8 * nargs);
+                for (size_t k = 0; all && k < nargs; k++)
+                    all = h3_learn_is_slot(g, pos, p, first + 8 * k);
+                if (!all)
+                    continue;
+                h3_learn_unused(pos, p, off + 4 + H3_OC_DIVIDER * dims, strides);
+                h3_learn_unused(pos, p, strides + 4 * dims * nargs, strides + 4 * H3_OC_MAX_DIMS * nargs);
+                if (empty && strncmp(kernel, H3_LEARN_LEGACY, strlen(H3_LEARN_LEGACY)) == 0) {
+                    size_t functor = (strides + 4 * H3_OC_MAX_DIMS * nargs + 7) / 8 * 8 + 8 * nargs;
+                    size_t tail = functor + 1 + nargs;
+                    if (tail <= size) {
+                        h3_learn_unused(pos, p, functor, functor + 1);
+                        h3_learn_unused(pos, p, tail, size);
+                    }
+                }
+                break;
+            }
+        }
+        if (p == 1 && h3_learn_closure_kernel(kernel) && size % 8 == 0 && size >= 16) {
+            size_t last = size - 8;
+            bool differs = false;
+            for (unsigned k = 1; k < H3_LEARN_INSTANCES; k++)
+                differs |= memcmp(h3_learn_param(g->l, pos->e[k], p) + last, data + last, 8) != 0;
+            bool overlaps = false;
+            for (unsigned i = before; i < pos->nunused; i++)
+                overlaps |= pos->unused[i].a < size && last < pos->unused[i].b;
+            if (differs && !overlaps)
+                h3_learn_unused(pos, p, last, size);
+        }
+    }
+    /* Pointer slots found where the kernel cannot read are stale values: dropped. */
+    uint32_t w = pos->first_slot;
+    for (uint32_t i = pos->first_slot; i < pos->first_slot + pos->nslots; i++)
+        if (!h3_learn_in_unused(pos, g->slots[i].param, g->slots[i].offset))
+            g->slots[w++] = g->slots[i];
+    pos->nslots = w - pos->first_slot;
+}
+
+/* The launches' pointer slots: 8-byte words that are, in every instance, 0 or
+ * near a device address known for certain, growing that set to a fixpoint. */
+static bool h3_learn_find_slots(struct h3_learn_group *g)
+{
+    /* Known for certain: the library calls' operands and workspaces, of every call kept. */
+    uint64_t oldest = g->l->n > H3_LEARN_RING ? g->l->n - H3_LEARN_RING : 0;
+    for (uint64_t at = oldest; at < g->l->n; at++) {
+            const struct h3_learn_call *e = &g->l->ring[at % H3_LEARN_RING];
+            if (e->kind == H3_SIG_MATMUL) {
+                for (unsigned i = 0; i < H3_SIG_OPERANDS; i++)
+                    if (!h3_learn_known_add(g, e->u.mm.ptr[i]))
+                        return false;
+                if (!h3_learn_known_add(g, e->u.mm.workspace))
+                    return false;
+            } else if (e->kind == H3_SIG_CUDNN && !h3_learn_known_add(g, e->u.dnn.workspace)) {
+                return false;
+            }
+        }
+    qsort(g->known, g->nknown, sizeof(uint64_t), h3_learn_u64_cmp);
+    /* The words of every launch, accepted or not yet; one bit each. */
+    uint32_t nwords = 0;
+    for (uint32_t j = 0; j < g->n; j++)
+        if (g->pos[j].e[0]->kind == H3_SIG_LAUNCH)
+            nwords += g->pos[j].e[0]->len / 8 + 1;
+    uint8_t *state = calloc(nwords ? nwords : 1, 1); /* 0 candidate, 1 accepted, 2 never */
+    if (state == NULL)
+        return false;
+    bool changed = true;
+    while (changed) {
+        changed = false;
+        uint32_t w = 0;
+        bool added = false;
+        for (uint32_t j = 0; j < g->n; j++) {
+            const struct h3_learn_pos *pos = &g->pos[j];
+            if (pos->e[0]->kind != H3_SIG_LAUNCH)
+                continue;
+            const uint16_t *sizes = h3_learn_sizes(g->l, pos->e[0]);
+            uint32_t base = w;
+            for (uint32_t p = 0; p < pos->e[0]->nparams; p++)
+                for (size_t off = 0; off + 8 <= sizes[p]; off += 8, w++) {
+                    if (state[w] != 0)
+                        continue;
+                    bool any = false, near = true;
+                    for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++) {
+                        uint64_t v = h3_learn_word(h3_learn_param(g->l, pos->e[k], p) + off);
+                        any |= v != 0;
+                        near &= v == 0 || h3_learn_near(g, v);
+                    }
+                    if (!any) {
+                        state[w] = 2;
+                        continue;
+                    }
+                    if (!near)
+                        continue;
+                    state[w] = 1;
+                    changed = added = true;
+                    for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++)
+                        if (!h3_learn_known_add(g, h3_learn_word(h3_learn_param(g->l, pos->e[k], p) + off))) {
+                            free(state);
+                            return false;
+                        }
+                }
+            w = base + pos->e[0]->len / 8 + 1;
+        }
+        if (added)
+            qsort(g->known, g->nknown, sizeof(uint64_t), h3_learn_u64_cmp);
+    }
+    /* The slots, in call order. */
+    uint32_t w = 0;
+    for (uint32_t j = 0; j < g->n; j++) {
+        struct h3_learn_pos *pos = &g->pos[j];
+        pos->first_slot = g->nslots;
+        const struct h3_learn_call *e0 = pos->e[0];
+        if (e0->kind == H3_SIG_LAUNCH) {
+            const uint16_t *sizes = h3_learn_sizes(g->l, e0);
+            uint32_t base = w;
+            for (uint32_t p = 0; p < e0->nparams; p++)
+                for (size_t off = 0; off + 8 <= sizes[p]; off += 8, w++) {
+                    if (state[w] != 1)
+                        continue;
+                    uint64_t v[H3_LEARN_INSTANCES];
+                    bool zero = false;
+                    for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++)
+                        zero |= (v[k] = h3_learn_word(h3_learn_param(g->l, pos->e[k], p) + off)) == 0;
+                    if (zero) { /* 0 in some instances only: padding */
+                        if (pos->nmasked < H3_ARRAY_LEN(pos->masked))
+                            pos->masked[pos->nmasked++] = p << 16 | (uint32_t)off;
+                        else
+                            goto fail;
+                        continue;
+                    }
+                    struct h3_learn_slot *s = h3_learn_slot_new(g);
+                    if (s == NULL)
+                        goto fail;
+                    s->param = (uint16_t)p, s->offset = (uint16_t)off, s->call = j;
+                    memcpy(s->v, v, sizeof(v));
+                }
+            w = base + e0->len / 8 + 1;
+        } else if (e0->kind == H3_SIG_MATMUL) {
+            for (unsigned i = 0; i < H3_SIG_OPERANDS; i++) {
+                struct h3_learn_slot *s = h3_learn_slot_new(g);
+                if (s == NULL)
+                    goto fail;
+                s->param = (uint16_t)i, s->call = j;
+                for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++)
+                    s->v[k] = pos->e[k]->u.mm.ptr[i];
+            }
+        } else {
+            for (uint32_t u = 0; u < e0->u.dnn.n; u++) {
+                uint64_t v[H3_LEARN_INSTANCES];
+                bool near = true, any = false;
+                for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++) {
+                    v[k] = pos->e[k]->u.dnn.ptrs[u];
+                    near &= h3_learn_near(g, v[k]);
+                    any |= v[k] != 0;
+                }
+                if (!near && any)
+                    continue; /* a pointer to a host scalar: not compared */
+                struct h3_learn_slot *s = h3_learn_slot_new(g);
+                if (s == NULL)
+                    goto fail;
+                s->param = (uint16_t)u, s->uid = e0->u.dnn.uids[u], s->call = j;
+                memcpy(s->v, v, sizeof(v));
+            }
+        }
+        pos->nslots = g->nslots - pos->first_slot;
+        if (e0->kind == H3_SIG_LAUNCH)
+            h3_learn_mask_unused(g, pos);
+        g->nslots = pos->first_slot + pos->nslots;
+    }
+    free(state);
+    return true;
+fail:
+    free(state);
+    return false;
+}
+
+/* The bytes a matmul operand spans, from its layout; 0 unknown. */
+static uint64_t h3_learn_extent(const struct h3_learn_call *e, unsigned operand)
+{
+    if (e->kind != H3_SIG_MATMUL || operand > 3)
+        return 0;
+    const int64_t *l = &e->u.mm.desc[10 + 7 * operand]; /* type order rows cols ld batch stride */
+    static const struct {
+        int type, size;
+    } sizes[] = {{0, 4}, {1, 8}, {2, 2}, {3, 1}, {8, 1}, {10, 4}, {14, 2}, {28, 1}, {29, 1}};
+    int size = 0;
+    for (size_t i = 0; i < H3_ARRAY_LEN(sizes); i++)
+        if (sizes[i].type == l[0])
+            size = sizes[i].size;
+    if (size == 0)
+        return 0;
+    int64_t columns = l[1] == 0 ? l[3] : l[2];
+    int64_t n = l[4] * columns + l[6] * (l[5] > 1 ? l[5] - 1 : 0);
+    return n > 0 ? (uint64_t)n * (uint64_t)size : 0;
+}
+
+/* Whether slot t plus d bytes lies in t's buffer for certain. */
+static bool h3_learn_inside(const struct h3_learn_group *g, int t, int64_t d)
+{
+    const struct h3_learn_slot *target = &g->slots[t];
+    const struct h3_learn_slot *root = &g->slots[target->root];
+    int64_t offset = target->offset_in_root + d;
+    uint64_t extent = h3_learn_extent(g->pos[root->call].e[0], root->param);
+    return (offset > 0 && offset < H3_LEARN_GRANULE) || (extent != 0 && offset > 0 && (uint64_t)offset < extent);
+}
+
+/*
+ * Whether the allocator reported the buffer at slot o's value freed between
+ * o's call and s's in some instance whose frees are still known: then s
+ * holding o's value was the allocator handing the freed address out again,
+ * not dataflow, and s is no reference to o.  (What record_signature.py
+ * cannot see in a trace, and learns only from instances that disagree.)
+ */
+static bool h3_learn_reused(const struct h3_learn_group *g, const struct h3_learn_slot *o,
+                            const struct h3_learn_slot *s)
+{
+    for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++) {
+        struct h3_span at = {o->v[k], o->v[k] + 1};
+        if (h3_released_between(g->pos[o->call].e[k]->mark, g->pos[s->call].e[k]->mark, at) == 1)
+            return true;
+    }
+    return false;
+}
+
+/* Every slot's reference (record_signature.py's wire); false when the
+ * instances disagree for certain. */
+static bool h3_learn_wire(struct h3_learn_group *g)
+{
+    for (uint32_t i = 0; i < g->nslots; i++) {
+        struct h3_learn_slot *s = &g->slots[i];
+        s->root = (int)i, s->offset_in_root = 0, s->ref = -1, s->delta = 0;
+        unsigned zeros = 0;
+        for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++)
+            zeros += s->v[k] == 0;
+        if (zeros == H3_LEARN_INSTANCES) {
+            s->ref = -2;
+            continue;
+        }
+        if (zeros != 0)
+            return false; /* a matmul's or cuDNN's pointer 0 in some instances only */
+        int best = -1;
+        int64_t best_d = 0;
+        for (uint32_t t = 0; t < g->nslots && g->slots[t].call < s->call; t++) {
+            const struct h3_learn_slot *o = &g->slots[t];
+            /* A candidate holds in every instance with one offset. */
+            int64_t d = (int64_t)(s->v[0] - o->v[0]);
+            bool holds = o->v[0] != 0 && (d == 0 || (d > 0 && h3_learn_inside(g, (int)t, d)));
+            for (unsigned k = 1; k < H3_LEARN_INSTANCES && holds; k++)
+                holds = o->v[k] != 0 && (int64_t)(s->v[k] - o->v[k]) == d;
+            if (!holds || (d == 0 && h3_learn_reused(g, o, s)))
+                continue;
+            /* min by (d != 0, d, -call, -slot): later slots win ties */
+            if (best < 0 || (d != 0) < (best_d != 0) || ((d != 0) == (best_d != 0) && d < best_d) ||
+                ((d != 0) == (best_d != 0) && d == best_d))
+                best = (int)t, best_d = d;
+        }
+        if (best >= 0) {
+            s->ref = best, s->delta = best_d;
+            s->root = g->slots[best].root;
+            s->offset_in_root = g->slots[best].offset_in_root + best_d;
+        }
+    }
+    /* A "first" slot equal to an earlier buffer in some instances, while a
+     * later matmul reads that buffer through a reference to exactly it:
+     * the instances disagree on the wiring (check_coincidences). */
+    for (uint32_t i = 0; i < g->nslots; i++) {
+        const struct h3_learn_slot *s = &g->slots[i];
+        if (s->ref != -1)
+            continue;
+        for (uint32_t t = 0; t < g->nslots && g->slots[t].call < s->call; t++) {
+            bool some = false;
+            for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++)
+                some |= g->slots[t].v[k] == s->v[k] && s->v[k] != 0;
+            if (!some)
+                continue;
+            for (uint32_t r = i + 1; r < g->nslots; r++) {
+                const struct h3_learn_slot *later = &g->slots[r];
+                if (later->call > s->call && g->pos[later->call].e[0]->kind == H3_SIG_MATMUL &&
+                    (later->param == 0 || later->param == 1 || later->param == 4) && later->ref == (int)t &&
+                    later->delta == 0)
+                    return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* ---- the signature's text (signatures/FORMAT.md) ---- */
+
+static void h3_learn_hex(FILE *f, const uint8_t *b, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        fputc(digits[b[i] >> 4], f);
+        fputc(digits[b[i] & 15], f);
+    }
+}
+
+static bool h3_learn_word_masked(const struct h3_learn_pos *pos, uint32_t p, size_t off)
+{
+    for (unsigned i = 0; i < pos->nmasked; i++)
+        if (pos->masked[i] == (p << 16 | (uint32_t)off))
+            return true;
+    return false;
+}
+
+/* A launch's lines: slots and bytes in (parameter, offset) order, bytes first. */
+static void h3_learn_print_launch(FILE *f, const struct h3_learn_group *g, const struct h3_learn_pos *pos)
+{
+    const struct h3_learn_call *e0 = pos->e[0];
+    const uint16_t *sizes = h3_learn_sizes(g->l, e0);
+    for (uint32_t p = 0; p < e0->nparams; p++) {
+        size_t size = sizes[p];
+        uint8_t keep[4096];
+        const uint8_t *d0 = h3_learn_param(g->l, e0, p);
+        for (size_t b = 0; b < size; b++) {
+            keep[b] = !h3_learn_in_unused(pos, p, b);
+            for (unsigned k = 1; k < H3_LEARN_INSTANCES && keep[b]; k++)
+                keep[b] = h3_learn_param(g->l, pos->e[k], p)[b] == d0[b];
+        }
+        for (size_t off = 0; off + 8 <= size; off += 8) {
+            bool host = false;
+            for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++) {
+                uint8_t w[8];
+                const uint8_t *d = h3_learn_param(g->l, pos->e[k], p) + off;
+                for (int i = 0; i < 8; i++)
+                    w[i] = h3_learn_in_unused(pos, p, off + (size_t)i) ? 0 : d[i];
+                uint64_t v = h3_learn_word(w);
+                host |= v >= H3_LEARN_HOST_LOW && v < H3_LEARN_HOST_HIGH;
+            }
+            if (host || h3_learn_word_masked(pos, p, off) || h3_learn_is_slot(g, pos, p, off))
+                memset(keep + off, 0, 8);
+        }
+        size_t b = 0;
+        while (b < size) {
+            if (h3_learn_is_slot(g, pos, p, b) && b % 8 == 0) {
+                for (uint32_t i = pos->first_slot; i < pos->first_slot + pos->nslots; i++) {
+                    const struct h3_learn_slot *s = &g->slots[i];
+                    if (s->param != p || s->offset != b)
+                        continue;
+                    fprintf(f, "  slot %u %u %zu ", i - pos->first_slot, p, b);
+                    if (s->ref == -2)
+                        fputs("null\n", f);
+                    else if (s->ref == -1)
+                        fputs("first\n", f);
+                    else {
+                        const struct h3_learn_slot *r = &g->slots[s->ref];
+                        fprintf(f, "@%u.%u", r->call, (unsigned)(s->ref - (int)g->pos[r->call].first_slot));
+                        if (s->delta != 0)
+                            fprintf(f, "%+lld", (long long)s->delta);
+                        fputc('\n', f);
+                    }
+                }
+                b += 8;
+                continue;
+            }
+            if (!keep[b]) {
+                b++;
+                continue;
+            }
+            size_t end = b;
+            while (end < size && keep[end] && end - b < H3_LEARN_BYTES_PER_LINE)
+                end++;
+            fprintf(f, "  bytes %u %zu ", p, b);
+            h3_learn_hex(f, d0 + b, end - b);
+            fputc('\n', f);
+            b = end;
+        }
+    }
+}
+
+static void h3_learn_print_slots(FILE *f, const struct h3_learn_group *g, const struct h3_learn_pos *pos)
+{
+    for (uint32_t i = pos->first_slot; i < pos->first_slot + pos->nslots; i++) {
+        const struct h3_learn_slot *s = &g->slots[i];
+        if (pos->e[0]->kind == H3_SIG_MATMUL)
+            fprintf(f, "  slot %u %s 0 ", i - pos->first_slot, h3_sig_operands[s->param]);
+        else
+            fprintf(f, "  slot %u uid:%lld 0 ", i - pos->first_slot, (long long)s->uid);
+        if (s->ref == -2)
+            fputs("null\n", f);
+        else if (s->ref == -1)
+            fputs("first\n", f);
+        else {
+            const struct h3_learn_slot *r = &g->slots[s->ref];
+            fprintf(f, "@%u.%u", r->call, (unsigned)(s->ref - (int)g->pos[r->call].first_slot));
+            if (s->delta != 0)
+                fprintf(f, "%+lld", (long long)s->delta);
+            fputc('\n', f);
+        }
+    }
+}
+
+/* The calls' lines (everything after the meta lines). */
+static void h3_learn_print_calls(FILE *f, const struct h3_learn_group *g)
+{
+    for (uint32_t j = 0; j < g->n; j++) {
+        const struct h3_learn_pos *pos = &g->pos[j];
+        const struct h3_learn_call *e0 = pos->e[0];
+        if (e0->kind == H3_SIG_LAUNCH) {
+            fprintf(f, "call %u launch %s\n  config %u %u %u %u %u %u %u\n  params", j, e0->kernel->name,
+                    e0->grid[0], e0->grid[1], e0->grid[2], e0->block[0], e0->block[1], e0->block[2], e0->shmem);
+            const uint16_t *sizes = h3_learn_sizes(g->l, e0);
+            for (uint32_t p = 0; p < e0->nparams; p++)
+                fprintf(f, " %u", sizes[p]);
+            fputc('\n', f);
+            h3_learn_print_launch(f, g, pos);
+        } else if (e0->kind == H3_SIG_MATMUL) {
+            fprintf(f, "call %u matmul\n  desc", j);
+            for (int k = 0; k < H3_SIG_DESC_KEYS; k++)
+                fprintf(f, " %s=%lld", h3_sig_desc_keys[k], (long long)e0->u.mm.desc[k]);
+            fputc('\n', f);
+            bool all = true;
+            for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++)
+                all &= pos->e[k]->u.mm.have_algo;
+            if (all) {
+                bool any = false;
+                for (int a = 0; a < H3_SIG_ALGO_KEYS; a++) {
+                    bool stable = true;
+                    for (unsigned k = 1; k < H3_LEARN_INSTANCES; k++)
+                        stable &= pos->e[k]->u.mm.algo[a] == e0->u.mm.algo[a];
+                    if (stable)
+                        fprintf(f, "%s%s=%lld", any ? " " : "  algo ", h3_sig_algo_keys[a], (long long)e0->u.mm.algo[a]);
+                    any |= stable;
+                }
+                if (any)
+                    fputc('\n', f);
+            }
+            h3_learn_print_slots(f, g, pos);
+        } else {
+            fprintf(f, "call %u cudnn\n  uids", j);
+            for (uint32_t u = 0; u < e0->u.dnn.n; u++)
+                fprintf(f, " %lld", (long long)e0->u.dnn.uids[u]);
+            fputc('\n', f);
+            h3_learn_print_slots(f, g, pos);
+        }
+    }
+    fputs("end\n", f);
+}
+
+/* ---- learning a group ---- */
+
+/* Writes a learned signature to H3SHIM_RECORD (a directory). */
+static void h3_learn_record(const char *text, size_t len, const char *group)
+{
+    const char *dir = h3_config.record;
+    if (dir == NULL || dir[0] == '\0')
+        return;
+    mkdir(dir, 0777);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s.sig", dir, group);
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fwrite(text, 1, len, f) != len) {
+        H3_WARN(H3_SUB_HOOK, "H3SHIM_RECORD: cannot write %s", path);
+        if (f != NULL)
+            fclose(f);
+        return;
+    }
+    fclose(f);
+    H3_INFO(H3_SUB_HOOK, "learned signature written to %s", path);
+}
+
+/* The first GEMM's n (the tokens times the batch, in a ViT block), for the group's name. */
+static long long h3_learn_rows(const struct h3_learn_group *g)
+{
+    for (uint32_t j = 0; j < g->n; j++)
+        if (g->pos[j].e[0]->kind == H3_SIG_MATMUL)
+            return (long long)g->pos[j].e[0]->u.mm.desc[7];
+    return 0;
+}
+
+/* Renders, parses and publishes the group of `period` calls starting at `start`. */
+static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period)
+{
+    struct h3_learn_group g = {.l = l, .n = period};
+    g.pos = calloc(period, sizeof(*g.pos));
+    char *text = NULL, *body = NULL;
+    size_t len = 0, body_len = 0;
+    const char *why = NULL;
+    if (g.pos == NULL) {
+        why = "out of memory";
+        goto done;
+    }
+    for (uint32_t j = 0; j < period && why == NULL; j++)
+        for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++) {
+            const struct h3_learn_call *e = h3_learn_at(l, start + (uint64_t)k * period + j);
+            g.pos[j].e[k] = e;
+            if (e->kind == H3_LEARN_GAP || e->stream != h3_learn_at(l, start)->stream)
+                why = "calls on several streams";
+            else if (e->kind == H3_SIG_LAUNCH && h3_learn_bytes_of(l, e) == NULL)
+                why = "parameter bytes no longer kept";
+        }
+    if (why == NULL && !h3_learn_find_slots(&g))
+        why = "out of memory";
+    if (why == NULL && !h3_learn_wire(&g))
+        why = "the instances disagree on the wiring";
+    FILE *f = why == NULL ? open_memstream(&body, &body_len) : NULL;
+    if (why == NULL && f == NULL)
+        why = "out of memory";
+    if (why == NULL) {
+        h3_learn_print_calls(f, &g);
+        fclose(f);
+    }
+    uint64_t hash = body != NULL ? h3_hash(H3_HASH_SEED, body, body_len) : 0;
+    pthread_mutex_lock(&h3_learn_lock);
+    for (unsigned i = 0; why == NULL && i < h3_learn_nbodies; i++)
+        if (h3_learn_bodies[i] == hash)
+            why = "learned already (another thread)";
+    unsigned number = atomic_load(&h3_learn_counts.learned) + atomic_load(&h3_learn_counts.refused) + 1;
+    char group[96];
+    snprintf(group, sizeof(group), "learned-%u-%ucalls-n%lld", number, period, h3_learn_rows(&g));
+    if (why == NULL) {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        int sm = h3_kernels_sm();
+        f = open_memstream(&text, &len);
+        if (f != NULL) {
+            fprintf(f, "# Learned in process %ld from %u instances in a row on one thread (shim/learn.c).\n"
+                       "h3sig 1\nmeta model learned\nmeta group %s\nmeta torch this-process\nmeta cuda 0\n"
+                       "meta sm %d\nmeta created %04d-%02d-%02d\nmeta source learned\n%s",
+                    (long)getpid(), H3_LEARN_INSTANCES, group, sm > 0 ? sm : 0, tm.tm_year + 1900, tm.tm_mon + 1,
+                    tm.tm_mday, body);
+            fclose(f);
+        }
+        if (text == NULL)
+            why = "out of memory";
+    }
+    struct h3_sig *sig = NULL;
+    if (why == NULL) {
+        char err[512];
+        sig = h3_sig_parse(text, len, group, err, sizeof(err));
+        if (sig == NULL) {
+            H3_WARN(H3_SUB_HOOK, "a learned signature did not parse (%s); nothing learned", err);
+            why = "did not parse";
+        }
+    }
+    bool published = false;
+    if (sig != NULL) {
+        if (atomic_load(&h3_learn_counts.learned) >= H3_LEARN_MAX_LEARNED)
+            why = "too many learned";
+        else if (h3_engine_learned(sig) == 0)
+            why = "not the H3 block, or no op enabled plans a range in it";
+        else if (!h3_signatures_add(sig))
+            why = "too many signatures";
+        else {
+            published = true;
+            h3_match_learned();
+            h3_learn_bodies[h3_learn_nbodies++] = hash;
+            atomic_fetch_add(&h3_learn_counts.learned, 1);
+        }
+    }
+    pthread_mutex_unlock(&h3_learn_lock);
+    if (published) {
+        H3_INFO(H3_SUB_HOOK, "learned signature %s: %u calls, from this thread's kept calls %llu to %llu", group,
+                period, (unsigned long long)start, (unsigned long long)(start + (uint64_t)H3_LEARN_INSTANCES * period - 1));
+        h3_learn_record(text, len, group);
+    } else {
+        if (sig != NULL)
+            h3_sig_free(sig);
+        /* Its calls are no group an op takes: they go back to the idle path. */
+        for (uint32_t j = 0; j < period; j++)
+            h3_learn_refuse_id(h3_learn_at(l, start + j)->id);
+        atomic_fetch_add(&h3_learn_counts.refused, 1);
+        atomic_fetch_add(&h3_learn_counts.refused_calls, period);
+        H3_INFO(H3_SUB_HOOK, "a repeating group of %u calls was not learned: %s", period, why);
+    }
+done:
+    free(text);
+    free(body);
+    free(g.pos);
+    free(g.slots);
+    free(g.known);
+}
+
+/* Where the periodicity of `period` ending at `at` began: as far back as
+ * calls equal their predecessors `period` before, within the ring. */
+static uint64_t h3_learn_run_start(struct h3_learner *l, uint64_t at, uint32_t period)
+{
+    uint64_t s = at - period; /* call `at` equals this one */
+    uint64_t oldest = l->n > H3_LEARN_RING ? l->n - H3_LEARN_RING : 0;
+    while (s > oldest && h3_learn_at(l, s - 1)->id == h3_learn_at(l, s - 1 + period)->id &&
+           h3_learn_at(l, s - 1)->kind != H3_LEARN_GAP)
+        s--;
+    return s;
+}
+
+static void h3_learn_follow(struct h3_learner *l, uint64_t at)
+{
+    const struct h3_learn_call *e = h3_learn_at(l, at);
+    /* The periods followed: each continues or ends. */
+    for (unsigned i = 0; i < H3_LEARN_CANDIDATES; i++) {
+        struct h3_learn_candidate *c = &l->cand[i];
+        if (c->period == 0)
+            continue;
+        if (e->kind == H3_LEARN_GAP || h3_learn_at(l, at - c->period)->id != e->id) {
+            c->period = 0;
+            continue;
+        }
+        if (at + 1 - c->start >= 2ull * c->period)
+            l->since_repeat = 0;
+        if (!c->done && at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * c->period) {
+            c->done = true;
+            l->since_repeat = 0;
+            h3_learn_group(l, c->start, c->period);
+        }
+    }
+    if (e->kind == H3_LEARN_GAP)
+        return;
+    /* A new period: from this identity's last position. */
+    unsigned slot = (unsigned)(e->id & (H3_LEARN_LAST - 1));
+    uint64_t prev = l->last[slot].id == e->id ? l->last[slot].at : UINT64_MAX;
+    l->last[slot].id = e->id;
+    l->last[slot].at = at;
+    if (prev == UINT64_MAX || at - prev > H3_LEARN_MAX_PERIOD || at - prev < H3_LEARN_MIN_PERIOD)
+        return;
+    uint32_t period = (uint32_t)(at - prev);
+    unsigned free_at = H3_LEARN_CANDIDATES;
+    for (unsigned i = 0; i < H3_LEARN_CANDIDATES; i++) {
+        if (l->cand[i].period == period)
+            return;
+        if (l->cand[i].period == 0 && free_at == H3_LEARN_CANDIDATES)
+            free_at = i;
+    }
+    if (free_at == H3_LEARN_CANDIDATES) { /* the shortest run so far gives way */
+        free_at = 0;
+        for (unsigned i = 1; i < H3_LEARN_CANDIDATES; i++)
+            if (l->cand[i].start > l->cand[free_at].start)
+                free_at = i;
+    }
+    struct h3_learn_candidate *c = &l->cand[free_at];
+    c->period = period;
+    c->start = h3_learn_run_start(l, at, period);
+    c->done = false;
+    if (at + 1 - c->start >= 2ull * period)
+        l->since_repeat = 0;
+    if (at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * period) {
+        c->done = true;
+        l->since_repeat = 0;
+        h3_learn_group(l, c->start, period);
+    }
+}
+
+static void h3_learn_push(struct h3_learner *l, const struct h3_call *c, uint64_t id)
+{
+    uint64_t at = l->n++;
+    struct h3_learn_call *e = h3_learn_at(l, at);
+    if (c == NULL || !h3_learn_keep(l, e, c, id)) {
+        memset(e, 0, offsetof(struct h3_learn_call, u));
+        e->kind = H3_LEARN_GAP;
+        e->id = 0;
+    }
+    h3_learn_follow(l, at);
+}
+
+void h3_learn_observe(const struct h3_call *c)
+{
+    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC)
+        return;
+    if (c->match_starts != 0 || c->match_continues != 0) { /* a signature took it */
+        h3_learn_gap();
+        return;
+    }
+    uint64_t id = h3_learn_identity(c);
+    if (id == 0 || h3_learn_refused(id)) {
+        h3_learn_gap();
+        return;
+    }
+    struct h3_learner *l = h3_learner_get();
+    if (l == NULL)
+        return;
+    if (l->gap) {
+        l->gap = false;
+        h3_learn_push(l, NULL, 0);
+    }
+    h3_learn_push(l, c, id);
+    if (++l->since_repeat > H3_LEARN_PATIENCE) {
+        l->stopped = true;
+        atomic_fetch_add(&h3_learn_counts.stopped, 1);
+        H3_INFO(H3_SUB_HOOK, "no group repeated in %u calls: this thread stops looking", H3_LEARN_PATIENCE);
+    }
+}
+
+void h3_learn_print_stats(void (*line)(const char *fmt, ...))
+{
+    if (!h3_hot.learn_on)
+        return;
+    unsigned threads = atomic_load(&h3_learn_counts.threads);
+    line("learn: %u groups learned, %u refused (%lu calls back on the idle path); %u threads looked "
+         "(%zu bytes each), %u stopped looking",
+         atomic_load(&h3_learn_counts.learned), atomic_load(&h3_learn_counts.refused),
+         atomic_load(&h3_learn_counts.refused_calls), threads,
+         sizeof(struct h3_learner) + (size_t)H3_LEARN_BYTES, atomic_load(&h3_learn_counts.stopped));
+}
