@@ -36,6 +36,16 @@ pixel's weights sum to one. For 32 x 48 latent pixels: 3 x 4 = 12 tiles.
 So [1,24,37,32,48] decodes in 7 x 12 = 84 ViT calls (3024 block calls at 36
 blocks) to 124 frames of 512 x 768 pixels, and [1,24,62,48,84] in
 12 x 28 = 336 ViT calls.
+
+Every tile of a plan has the same size: the last start is clamped, never
+padded, so with the default tile every ViT call of a latent whose sides are
+16 or more has 1797 tokens. Another tile size (make_plan's `tile`, serve.py's
+--tile T,H,W; at most 7 frames) gives other token counts, T * H * W + 5:
+spatial tiles of min(H, L) along an axis of L latent pixels at a stride of at
+most H - H // 4 (12 for 16), and each temporal chunk covered by tiles of T
+of its 7 frames placed the same way along time, blended with the same ramps
+over their overlapping output frames (4 per latent frame) and normalised.
+The chunks, the seams and the output are those of the default tile.
 """
 
 import math
@@ -49,9 +59,9 @@ CHUNK_OUT_FRAMES = CHUNK_FRAMES * FRAMES_PER_LATENT
 KEEP_FRAMES = 16
 BLEND_FRAMES = 5
 TILE = 16
-TILE_STRIDE = 12
 PIXELS_PER_LATENT = 16
 EXTRA_TOKENS = 5
+DEFAULT_TILE = (CHUNK_FRAMES, TILE, TILE)
 
 
 class LatentShapeError(ValueError):
@@ -84,10 +94,30 @@ def parse_latent(text):
     return shape
 
 
-def axis_tiles(length):
-    """Returns (tile size, [start positions]) covering an axis of `length` latent pixels."""
-    size = min(TILE, length)
-    count = 1 + math.ceil((length - size) / TILE_STRIDE)
+def parse_tile(text):
+    """Parses "T,H,W", the latent size of a ViT call's tile, and checks it; returns a tuple of three ints.
+
+    Rules: 1 <= T <= 7 (a temporal chunk's frames), H >= 1, W >= 1. Raises
+    LatentShapeError with a one-line reason otherwise.
+    """
+    try:
+        tile = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise LatentShapeError(f"tile {text!r} is not three comma-separated integers T,H,W") from None
+    if len(tile) != 3:
+        raise LatentShapeError(f"tile {text!r} has {len(tile)} dimensions, expected 3 (T,H,W)")
+    if not 1 <= tile[0] <= CHUNK_FRAMES:
+        raise LatentShapeError(f"tile frames must be 1..{CHUNK_FRAMES} (a temporal chunk), got {tile[0]}")
+    if tile[1] < 1 or tile[2] < 1:
+        raise LatentShapeError(f"tile height and width must be >= 1, got {tile[1]}x{tile[2]}")
+    return tile
+
+
+def axis_tiles(length, tile=TILE):
+    """Returns (tile size, [start positions]) covering an axis of `length` latent pixels (or frames)
+    with tiles of at most `tile`, at a stride of at most tile - tile // 4."""
+    size = min(tile, length)
+    count = 1 + math.ceil((length - size) / max(1, tile - tile // 4))
     if count == 1:
         return size, [0]
     return size, [round(i * (length - size) / (count - 1)) for i in range(count)]
@@ -99,24 +129,25 @@ def chunk_starts(frames):
     return [min(i * CHUNK_STRIDE, frames - CHUNK_FRAMES) for i in range(count)]
 
 
-def ramp(start, size, starts):
+def ramp(start, size, starts, scale=PIXELS_PER_LATENT):
     """Blend weights (one per output pixel) of the tile at `start` along one axis.
 
     On each side that overlaps a neighbouring tile the weight rises (falls)
     linearly across the whole overlap with values (j + 0.5) / n, j = 0..n-1,
     n = overlap in output pixels; elsewhere it is 1. Two tiles that overlap get
     complementary ramps, so their normalised blend is an exact linear
-    cross-fade. Returns a list of floats of length size * 16.
+    cross-fade. Returns a list of floats of length size * scale (output
+    pixels per latent pixel; FRAMES_PER_LATENT along time).
     """
-    out = size * PIXELS_PER_LATENT
+    out = size * scale
     weights = [1.0] * out
     index = starts.index(start)
     if index > 0:
-        overlap = (starts[index - 1] + size - start) * PIXELS_PER_LATENT
+        overlap = (starts[index - 1] + size - start) * scale
         for j in range(overlap):
             weights[j] = min(weights[j], (j + 0.5) / overlap)
     if index + 1 < len(starts):
-        overlap = (start + size - starts[index + 1]) * PIXELS_PER_LATENT
+        overlap = (start + size - starts[index + 1]) * scale
         for j in range(overlap):
             weights[out - 1 - j] = min(weights[out - 1 - j], (j + 0.5) / overlap)
     return weights
@@ -133,6 +164,8 @@ class Plan:
     tile_w: int
     cols: tuple
     blocks: int
+    tile_t: int = CHUNK_FRAMES
+    times: tuple = (0,)  # the tiles' first frames within a temporal chunk
 
     @property
     def spatial_tiles(self):
@@ -140,7 +173,7 @@ class Plan:
 
     @property
     def vit_calls(self):
-        return len(self.chunks) * self.spatial_tiles
+        return len(self.chunks) * len(self.times) * self.spatial_tiles
 
     @property
     def block_calls(self):
@@ -148,7 +181,7 @@ class Plan:
 
     @property
     def tokens_per_call(self):
-        return CHUNK_FRAMES * self.tile_h * self.tile_w + EXTRA_TOKENS
+        return self.tile_t * self.tile_h * self.tile_w + EXTRA_TOKENS
 
     @property
     def frames(self):
@@ -164,12 +197,12 @@ class Plan:
 
     @property
     def tile_shape(self):
-        """Latent shape of every ViT call's input tile: [B, 24, 7, th, tw]."""
-        return (self.latent[0], LATENT_CHANNELS, CHUNK_FRAMES, self.tile_h, self.tile_w)
+        """Latent shape of every ViT call's input tile: [B, 24, tt, th, tw] (tt = 7 by default)."""
+        return (self.latent[0], LATENT_CHANNELS, self.tile_t, self.tile_h, self.tile_w)
 
     def summary(self):
-        """Returns the plan as a JSON-ready dict."""
-        return {
+        """Returns the plan as a JSON-ready dict (with "tile_times" only where a chunk has several tiles)."""
+        s = {
             "latent": list(self.latent),
             "blocks": self.blocks,
             "temporal_chunks": len(self.chunks),
@@ -177,7 +210,7 @@ class Plan:
             "spatial_tiles": self.spatial_tiles,
             "tile_rows": list(self.rows),
             "tile_cols": list(self.cols),
-            "tile_latent": [CHUNK_FRAMES, self.tile_h, self.tile_w],
+            "tile_latent": [self.tile_t, self.tile_h, self.tile_w],
             "tokens_per_call": self.tokens_per_call,
             "vit_calls": self.vit_calls,
             "block_calls": self.block_calls,
@@ -185,10 +218,16 @@ class Plan:
             "height": self.height,
             "width": self.width,
         }
+        if len(self.times) > 1:
+            s["tile_times"] = list(self.times)
+        return s
 
 
-def make_plan(latent, blocks):
-    """Builds the Plan of a checked latent shape (see parse_latent) for `blocks` blocks."""
-    tile_h, rows = axis_tiles(latent[3])
-    tile_w, cols = axis_tiles(latent[4])
-    return Plan(tuple(latent), tuple(chunk_starts(latent[2])), tile_h, tuple(rows), tile_w, tuple(cols), blocks)
+def make_plan(latent, blocks, tile=DEFAULT_TILE):
+    """Builds the Plan of a checked latent shape (see parse_latent) for `blocks` blocks,
+    with tiles of at most `tile` (T, H, W latent; see parse_tile)."""
+    tile_t, times = axis_tiles(CHUNK_FRAMES, tile[0])
+    tile_h, rows = axis_tiles(latent[3], tile[1])
+    tile_w, cols = axis_tiles(latent[4], tile[2])
+    return Plan(tuple(latent), tuple(chunk_starts(latent[2])), tile_h, tuple(rows), tile_w, tuple(cols), blocks,
+                tile_t, tuple(times))

@@ -67,7 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from h3_tiling import (BLEND_FRAMES, CHUNK_FRAMES, CHUNK_OUT_FRAMES, EXTRA_TOKENS, FRAMES_PER_LATENT, KEEP_FRAMES,
+from h3_tiling import (BLEND_FRAMES, CHUNK_OUT_FRAMES, EXTRA_TOKENS, FRAMES_PER_LATENT, KEEP_FRAMES,
                        LATENT_CHANNELS, PIXELS_PER_LATENT, ramp)
 
 WIDTH = 2048
@@ -442,7 +442,11 @@ class TiledDecoder:
     choose kernels that round otherwise, so the output's bits are not
     guaranteed to be tile_batch 1's (compare hashes only between decodes of
     the same tile_batch), and the H3 block signature (recorded at batch 1)
-    does not match those calls.
+    does not match those calls. A plan whose tiles have fewer frames than a
+    chunk (h3_tiling.make_plan's tile) covers each chunk with several tiles
+    along time, weighted by their ramps over output frames and normalised
+    like the spatial tiles; with one tile a chunk (the default) no weight
+    along time is made or applied.
     """
 
     def __init__(self, model, plan, device, cuda_graphs=False, mode="inference", tile_batch=1):
@@ -452,17 +456,26 @@ class TiledDecoder:
             raise ValueError("tile_batch must be >= 1")
         self.model, self.plan, self.device, self.cuda_graphs = model, plan, device, cuda_graphs
         self.mode, self.tile_batch = mode, tile_batch
-        b, _, _, th, tw = plan.tile_shape
+        b, _, tt, th, tw = plan.tile_shape
         p = PIXELS_PER_LATENT
         rows = [torch.tensor(ramp(r, th, list(plan.rows))) for r in plan.rows]
         cols = [torch.tensor(ramp(c, tw, list(plan.cols))) for c in plan.cols]
-        self.tiles, wsum = [], torch.zeros(plan.height, plan.width)
+        spatial, wsum = [], torch.zeros(plan.height, plan.width)
         for r, wr in zip(plan.rows, rows):
             for c, wc in zip(plan.cols, cols):
                 weight = wr[:, None] * wc[None, :]
                 wsum[r * p:(r + th) * p, c * p:(c + tw) * p] += weight
-                self.tiles.append((r, c, weight.to(device)))
+                spatial.append((r, c, weight.to(device)))
+        self.tiles = [(f, r, c, weight) for f in plan.times for r, c, weight in spatial]
         self.wsum = wsum.to(device)
+        self.frame_weight, self.wsum_t = {}, None
+        if len(plan.times) > 1:
+            q, wsum_t = FRAMES_PER_LATENT, torch.zeros(CHUNK_OUT_FRAMES)
+            for f in plan.times:
+                wf = torch.tensor(ramp(f, tt, list(plan.times), q))
+                wsum_t[f * q:(f + tt) * q] += wf
+                self.frame_weight[f] = wf.reshape(1, 1, -1, 1, 1).to(device)
+            self.wsum_t = wsum_t.reshape(1, 1, -1, 1, 1).to(device)
         fade = (torch.arange(BLEND_FRAMES, dtype=torch.float32) + 1) / (BLEND_FRAMES + 1)
         self.fade_in = fade.reshape(1, 1, -1, 1, 1).to(device)
         self.fade_out = (1 - fade).reshape(1, 1, -1, 1, 1).to(device)
@@ -471,7 +484,7 @@ class TiledDecoder:
         self.vit_calls = 0
 
     def vit(self, tile):
-        """One ViT call on a latent tile [B,24,7,th,tw]; returns FP32 pixels."""
+        """One ViT call on a latent tile [B,24,tt,th,tw]; returns FP32 pixels."""
         self.vit_calls += 1
         if not self.cuda_graphs:
             return self.model(tile)
@@ -490,21 +503,26 @@ class TiledDecoder:
 
     def __call__(self, latent):
         plan, p = self.plan, PIXELS_PER_LATENT
-        b, _, _, th, tw = plan.tile_shape
+        b, _, tt, th, tw = plan.tile_shape
+        q = FRAMES_PER_LATENT
         video = torch.empty(b, OUT_CHANNELS, plan.frames, plan.height, plan.width, device=self.device)
         prev = None
         for k, t0 in enumerate(plan.chunks):
             chunk = torch.zeros(b, OUT_CHANNELS, CHUNK_OUT_FRAMES, plan.height, plan.width, device=self.device)
             for group in self.groups:
                 if len(group) == 1:
-                    r, c, _ = group[0]
-                    outs = [self.vit(latent[:, :, t0:t0 + CHUNK_FRAMES, r:r + th, c:c + tw])]
+                    f, r, c, _ = group[0]
+                    outs = [self.vit(latent[:, :, t0 + f:t0 + f + tt, r:r + th, c:c + tw])]
                 else:  # --tile-batch: one ViT call of len(group) tiles; its output's slices used before the next
-                    outs = self.vit(torch.cat([latent[:, :, t0:t0 + CHUNK_FRAMES, r:r + th, c:c + tw]
-                                               for r, c, _ in group])).split(b)
-                for (r, c, weight), pixels in zip(group, outs):
-                    chunk[:, :, :, r * p:(r + th) * p, c * p:(c + tw) * p] += pixels * weight
+                    outs = self.vit(torch.cat([latent[:, :, t0 + f:t0 + f + tt, r:r + th, c:c + tw]
+                                               for f, r, c, _ in group])).split(b)
+                for (f, r, c, weight), pixels in zip(group, outs):
+                    if f in self.frame_weight:  # several tiles a chunk along time
+                        weight = weight * self.frame_weight[f]
+                    chunk[:, :, f * q:(f + tt) * q, r * p:(r + th) * p, c * p:(c + tw) * p] += pixels * weight
             chunk /= self.wsum
+            if self.wsum_t is not None:
+                chunk /= self.wsum_t
             if prev is not None:
                 chunk[:, :, :BLEND_FRAMES] = (prev[:, :, KEEP_FRAMES:KEEP_FRAMES + BLEND_FRAMES] * self.fade_out
                                               + chunk[:, :, :BLEND_FRAMES] * self.fade_in)

@@ -11,7 +11,8 @@ frames; run it under LD_PRELOAD=libh3shim.so to put the shim in the path.
 
   serve.py --latent 1,24,17,32,48 --requests 3            decode three requests
            [--mode serving|inference] [--seed S] [--same-latent] [--blocks K] [--warmup W]
-           [--cuda-graphs] [--tile-batch N] [--weights DIR] [--out FILE.pt] [--json] [--trace-mark]
+           [--cuda-graphs] [--tile-batch N] [--tile T,H,W] [--weights DIR] [--out FILE.pt] [--json]
+           [--trace-mark]
   serve.py --latent 1,24,37,32,48 --vit-calls-only         print the tiling plan only (no PyTorch needed)
   serve.py --profile-block [--mode M]                      ms per block at 1797 tokens (DESIGN.md: 0.99 ms)
   serve.py --profile-vit [--mode M]                        one ViT call's CUDA-graph replay, per kernel and gap
@@ -39,8 +40,20 @@ dimension); its output is not guaranteed to be bitwise equal to
 --tile-batch 1's (the GEMMs run at N times the rows, where cuBLAS may choose
 other kernels), so compare hashes only between runs of the same --tile-batch.
 
+--tile T,H,W (default 7,16,16) is the latent size of a ViT call's tile,
+T * H * W + 5 tokens: every tile of a decode has the same size (the last one
+along an axis is moved back to overlap, never padded), so with the default
+every ViT call of a latent whose sides are 16 or more has 1797 tokens, and
+another count needs another tile (3,16,16: 773 tokens; 7,12,16: 1349).
+Spatial tiles overlap by at least a quarter (rounded down); T < 7 covers each
+7-frame temporal chunk with tiles of T frames, blended along time like the
+spatial tiles (h3_tiling.py). The chunks and the output's shape stay those
+of the default tile; the bits do not (other tiles, other blends), so compare
+hashes only between runs of the same --tile. It applies to the decode,
+--vit-calls-only and --activation-stats; the profiles keep their own shapes.
+
 Latent shape rules: B >= 1, C == 24, T >= 7 (one temporal chunk), H, W >= 1
-(a side shorter than 16 gives narrower tiles). Request i decodes the
+(a side shorter than the tile gives narrower tiles). Request i decodes the
 deterministic latent of seed S + i (seed S for all with --same-latent); the
 weights are synthetic from seed S unless --weights names a safetensors
 checkpoint (a directory of *.safetensors or one file, parameter names in
@@ -59,7 +72,7 @@ import os
 import sys
 import time
 
-from h3_tiling import LatentShapeError, make_plan, parse_latent
+from h3_tiling import LatentShapeError, make_plan, parse_latent, parse_tile
 
 PROG = "serve.py"
 
@@ -86,6 +99,9 @@ def parse_args(argv):
     p.add_argument("--tile-batch", type=int, default=1, metavar="N",
                    help="tiles of a temporal chunk per ViT call, concatenated along the batch (default 1; the "
                         "bits of N > 1 are not guaranteed to be those of 1)")
+    p.add_argument("--tile", default="7,16,16", metavar="T,H,W",
+                   help="latent size of a ViT call's tile, T*H*W+5 tokens (default 7,16,16: 1797; T at most 7; the "
+                        "bits of another tile are not the default's)")
     p.add_argument("--weights", metavar="DIR", help="load a safetensors checkpoint instead of synthetic weights")
     p.add_argument("--out", metavar="FILE.pt", help="torch.save the last request's FP32 output (on the CPU)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else")
@@ -120,7 +136,11 @@ def emit(args, doc, lines):
 
 def plan_lines(plan):
     s = plan.summary()
-    return [f"latent {s['latent']}: {s['temporal_chunks']} temporal chunks x {s['spatial_tiles']} spatial tiles = "
+    frames = s["tile_latent"][0]
+    along_time = (f"{len(s['tile_times'])} tiles of {frames} frame{'s' * (frames > 1)} x "
+                  if "tile_times" in s else "")
+    return [f"latent {s['latent']}: {s['temporal_chunks']} temporal chunks x {along_time}"
+            f"{s['spatial_tiles']} spatial tiles = "
             f"{s['vit_calls']} ViT calls of {s['tokens_per_call']} tokens, {s['block_calls']} block calls "
             f"({s['blocks']} blocks), output {s['frames']} frames of {s['height']}x{s['width']}"]
 
@@ -220,7 +240,7 @@ def decode_requests(args, torch, h3_vae, device, model, plan):
 def main(argv=None):
     args = parse_args(argv)
     try:
-        plan = make_plan(parse_latent(args.latent), args.blocks)
+        plan = make_plan(parse_latent(args.latent), args.blocks, parse_tile(args.tile))
     except LatentShapeError as e:
         fail(str(e))
     if args.vit_calls_only:

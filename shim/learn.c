@@ -43,7 +43,7 @@
 /* Calls a thread makes without any repetition before it stops looking. */
 #define H3_LEARN_PATIENCE (1u << 20)
 /* Groups learned per process: published, and refused by every planner. */
-#define H3_LEARN_MAX_LEARNED 16
+#define H3_LEARN_MAX_LEARNED 24
 #define H3_LEARN_MAX_REFUSED 32
 /* Identities of refused groups remembered (open addressing, a power of two). */
 #define H3_LEARN_REFUSED_IDS 4096
@@ -1082,7 +1082,7 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
             why = "learned already (another thread)";
     unsigned number = atomic_load(&h3_learn_counts.learned) + atomic_load(&h3_learn_counts.refused) + 1;
     char group[96];
-    snprintf(group, sizeof(group), "learned-%u-%ucalls-n%lld", number, period, h3_learn_rows(&g));
+    snprintf(group, sizeof(group), "block-learned-%u-%ucalls-n%lld", number, period, h3_learn_rows(&g));
     if (why == NULL) {
         time_t now = time(NULL);
         struct tm tm;

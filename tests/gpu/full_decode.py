@@ -20,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SERVE = os.path.join(ROOT, "scripts", "serve.py")
@@ -58,7 +59,9 @@ def main():
     ap.add_argument("--arms", default="A,S,G,SG,R,RG",
                     help="comma-separated subset of A,S,G,SG,R,RG,O,OG,WG,NG,K,KG,B,BG (A always runs; O and OG: "
                          "H3SHIM_OPS=--ops; WG and NG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1 and =0, CUDA "
-                         "graphs; K and KG: the defaults with H3SHIM_SKIP_RELEASED=0, every output written)")
+                         "graphs; K and KG: the defaults with H3SHIM_SKIP_RELEASED=0, every output written; L and LG: "
+                         "the defaults with H3SHIM_SIGNATURES at an empty directory, every signature learned in "
+                         "the process)")
     ap.add_argument("--ops", default="swiglu", help="H3SHIM_OPS of arms O and OG")
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
     ap.add_argument("--mode", default="serving", choices=["serving", "inference"],
@@ -77,6 +80,8 @@ def main():
             "WG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "1"}),
             "NG": (a.shim, True, {"H3SHIM_WEIGHT_CACHE_GRAPHS": "0"}),
             "K": (a.shim, False, {"H3SHIM_SKIP_RELEASED": "0"}), "KG": (a.shim, True, {"H3SHIM_SKIP_RELEASED": "0"})}
+    learn = {"H3SHIM_SIGNATURES": tempfile.mkdtemp(prefix="h3shim-no-signatures-")}
+    arms.update({"L": (a.shim, False, learn), "LG": (a.shim, True, learn)})
     wanted = set(a.arms.split(","))
     graphs_wanted = any(arms[k][1] for k in wanted if k in arms)  # G: the graph arms' reference
     arms = {k: v for k, v in arms.items()
@@ -153,7 +158,10 @@ def main():
              + ("; NG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=0 (weight_cache falls back inside the captures)"
                 if "NG" in result["arms"] else "")
              + ("; K/KG: the defaults with H3SHIM_SKIP_RELEASED=0 (every output the unfused launches wrote is "
-                "written)" if "K" in result["arms"] or "KG" in result["arms"] else "") + ".", "",
+                "written)" if "K" in result["arms"] or "KG" in result["arms"] else "")
+             + ("; L/LG: the defaults with no signature loaded, every signature learned in the process (each "
+                "process learns from its first instances, which run unfused)"
+                if "L" in result["arms"] or "LG" in result["arms"] else "") + ".", "",
              "| arm | shim | CUDA graphs | ViT calls | output | bitwise = A | median ms/request | speed-up "
              "| GPU memory used, MiB (PyTorch peak reserved) |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -38,6 +38,14 @@
 #              paused, without and with stats) for PAIRS_WORKLOADS (default: the
 #              Llama and the ViT), 3 rounds (3-4 min)
 #   trace      a Chrome-format trace of one quick request with two blocks, gzipped (1 min)
+#   learn-shapes  learn_shapes.py with no signature loaded: block stacks at 261-1797
+#              tokens, batches 1, 2, 4, every one learned in the process, bitwise
+#              against the unobserved stack, GPU time per block from CUDA-graph
+#              replays (3-4 min)
+#   learn-decode  full_decode.py, serving mode: the committed signatures (S, SG)
+#              beside none, every signature learned (L, LG), 1 round (4 min);
+#              learn-inference the same in inference mode; learn-quick on the
+#              quick latent (1-2 min)
 #   variants threads children compiled workloads nccl
 #              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min); each
 #              stops before a round that would outrun its limit and
@@ -164,6 +172,13 @@ for step in "${steps[@]}"; do
                 H3SHIM_TRACE_FORMAT=chrome python3 scripts/serve.py --latent 1,24,12,24,24 --blocks 2 --requests 1 --warmup 0
             gzip -c "$work/trace.json" >"$work/$(date +%F)-nvidia-h200-trace-chrome.json.gz"
             rm -f "$work/trace.json" ;;
+        learn-shapes) run learn-shapes 330 python3 tests/gpu/learn_shapes.py --pairs 10 --evidence ;;
+        learn-decode) run learn-decode 420 python3 tests/gpu/full_decode.py --arms S,SG,L,LG --rounds 1 --requests 1 \
+                          --tag=-learned ;;
+        learn-inference) run learn-inference 420 python3 tests/gpu/full_decode.py --mode inference --arms S,SG,L,LG \
+                             --rounds 1 --requests 1 --tag=-inference-learned ;;
+        learn-quick) run learn-quick 200 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG,L,LG \
+                         --rounds 1 --tag=-quick-learned ;;
         variants|threads|children|compiled|nccl)
             run "$step" 300 python3 tests/gpu/robust.py --items "$step" --rounds 2 --deadline 250 --tag="-$step" ;;
         *) echo "session.sh: unknown step '$step'" >&2; status=2 ;;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """CPU tests of the GPU scripts' own logic (tests/gpu), which decides what the
 evidence says: the decode verdict (shimstats.ops_verdict), robust.py's
---deadline and soundness.py's comparison of its two arms. PyTorch is stubbed;
-nothing here needs a GPU.
+--deadline, soundness.py's comparison of its two arms and learn_shapes.py's
+verdict and flow. PyTorch is stubbed; nothing here needs a GPU.
 
     python3 tests/scripts/test_gpu_scripts.py
 """
@@ -330,6 +330,120 @@ class SoundnessMain(unittest.TestCase):
         import soundness
         with contextlib.redirect_stderr(io.StringIO()):
             self.assertEqual(soundness.main(["--shim", "/nonexistent/libh3shim.so"]), 2)
+
+
+def shape(tokens, batch, ok=True):
+    """One shape of a learn_shapes.py child's result."""
+    return {"tokens": tokens, "batch": batch, "grid": [1, 16, 16], "bitwise_ok": ok, "differing_max": 0 if ok else 7,
+            "ms_per_block_paused": 1.0, "ms_per_block_observed": 0.8, "ratio_paused_over_observed": 1.25,
+            "pause_refused": False, "runs": [{"ms_per_block": 0.9, "differing": 0, "observed_calls": 400}]}
+
+
+class LearnShapes(unittest.TestCase):
+    """learn_shapes.py: its token grids, the children's results merged, the exit status (0 only when every
+    shape asked for is bitwise equal to its reference) and the stats lines read from a child's stderr."""
+
+    def setUp(self):
+        import tempfile
+        import learn_shapes
+        self.ls = learn_shapes
+        self.tmp = tempfile.TemporaryDirectory()
+        self.env = mock.patch.dict(os.environ, {"H3SHIM_SIGNATURES": self.tmp.name, "LD_PRELOAD": ""})
+        self.env.start()
+
+    def tearDown(self):
+        self.env.stop()
+        self.tmp.cleanup()
+
+    def run_main(self, results, extra=()):
+        calls, out = [], os.path.join(self.tmp.name, "doc.json")
+
+        def fake_child(a, env, tokens, batches):
+            calls.append((tokens, batches, env["LD_PRELOAD"], env["H3SHIM_STATS"]))
+            result = results(tokens, batches)
+            learned = [{"group": "block-learned-1-42calls-n522", "calls": 42, "rows": 522, "complete": 21, "broken": 0}]
+            return {"rc": 0, "seconds": 1.0, "result": result, "stats_lines": ["h3shim: 9 stats: signature x"],
+                    "stats": {}, "learned": {"groups": 1, "refused": 0}, "learned_signatures": learned}
+
+        stdout = io.StringIO()
+        with mock.patch.object(self.ls, "run_child", fake_child), contextlib.redirect_stdout(stdout), \
+                contextlib.redirect_stderr(io.StringIO()):
+            rc = self.ls.main(["--tokens", "261,1797", "--batches", "1,2", "--shim", __file__, "--out", out, *extra])
+        import json
+        with open(out) as f:
+            return rc, calls, json.load(f), stdout.getvalue()
+
+    @staticmethod
+    def every(tokens, batches):
+        return {"environment": {"gpu": "NVIDIA H200"}, "shapes": [shape(t, b) for t in tokens for b in batches]}
+
+    def test_grids(self):
+        self.assertEqual(self.ls.grid_for(261), (1, 16, 16))
+        self.assertEqual(self.ls.grid_for(1349), (7, 16, 12))
+        self.assertEqual(self.ls.grid_for(1797), (7, 16, 16))
+        for tokens in (6, 69, 1801, 2000):
+            t, h, w = self.ls.grid_for(tokens)
+            self.assertEqual(t * h * w + 5, tokens)
+
+    def test_every_shape_equal_passes_in_one_child(self):
+        rc, calls, doc, text = self.run_main(self.every)
+        self.assertEqual(rc, 0)
+        self.assertEqual(calls, [([261, 1797], [1, 2], os.path.abspath(__file__), "1")])
+        self.assertTrue(doc["pass"])
+        self.assertEqual(len(doc["shapes"]), 4)
+        self.assertIn("| 261 | 1 | 1x16x16 | equal | - | - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 | 400 | - |", text)
+        self.assertIn("| 261 | 2 | 1x16x16 | equal | - | - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 | 400 | 21 (0) |", text)
+        self.assertIn("1 groups learned, 0 refused", text)
+
+    def test_a_bitwise_difference_fails(self):
+        def one_differs(tokens, batches):
+            doc = self.every(tokens, batches)
+            doc["shapes"][3] = shape(1797, 2, ok=False)
+            return doc
+        rc, _, doc, text = self.run_main(one_differs)
+        self.assertEqual(rc, 1)
+        self.assertFalse(doc["pass"])
+        self.assertIn("DIFFERS (7 elements at most)", text)
+
+    def test_a_missing_shape_fails(self):
+        rc, _, doc, _ = self.run_main(lambda t, b: {"shapes": [shape(261, 1)]})
+        self.assertEqual(rc, 1)
+        self.assertEqual(doc["missing_shapes"], [[261, 2], [1797, 1], [1797, 2]])
+
+    def test_one_child_a_shape(self):
+        rc, calls, doc, _ = self.run_main(self.every, ["--process-per-shape"])
+        self.assertEqual(rc, 0)
+        self.assertEqual([c[:2] for c in calls], [([261], [1]), ([261], [2]), ([1797], [1]), ([1797], [2])])
+        self.assertEqual(doc["shapes"][0]["stats_lines"], ["h3shim: 9 stats: signature x"])
+
+    def test_no_shim_or_a_refused_pause_is_a_usage_error(self):
+        with contextlib.redirect_stderr(io.StringIO()):
+            self.assertEqual(self.ls.main(["--shim", "/nonexistent/libh3shim.so"]), 2)
+        with mock.patch.object(self.ls, "run_child", lambda *a: {"rc": 2, "seconds": 1, "result": {
+                "usage_error": "h3shim_pause(1) refused"}}), contextlib.redirect_stderr(io.StringIO()):
+            self.assertEqual(self.ls.main(["--shim", __file__]), 2)
+
+    def test_the_child_stats_lines(self):
+        stderr = "\n".join([
+            '  File "tests/gpu/learn_shapes.py", line 1, in <module>',
+            "h3shim: 9 WARN a learned signature did not parse (x); nothing learned",
+            "h3shim: 9 stats: api                      calls errors",
+            "h3shim: 9 stats: cuLaunchKernel            4000      0",
+            "h3shim: 9 stats: learn: 2 groups learned, 1 refused (40 calls back on the idle path); 1 threads looked",
+            "h3shim: 9 stats: signature learned/block-learned-1-42calls-n261: 21 complete, 0 broken",
+            "h3shim: 9 stats: signature learned/block-learned-2-42calls-n522: 5 complete, 1 broken",
+            "h3shim: 9 stats: op swiglu       21 groups run (42 calls)"])
+        done = types.SimpleNamespace(returncode=0, stdout='{"shapes": []}\n', stderr=stderr)
+        a = types.SimpleNamespace(blocks=8, runs=3, pairs=20, mode="inference", seed=0, timeout=60)
+        with mock.patch.object(self.ls.subprocess, "run", lambda *a, **k: done), \
+                contextlib.redirect_stderr(io.StringIO()):
+            c = self.ls.run_child(a, {}, [261], [1, 2])
+        self.assertEqual(c["result"], {"shapes": []})
+        self.assertEqual(c["stats_lines"], [stderr.splitlines()[1]] + stderr.splitlines()[4:])
+        self.assertEqual(c["stats"]["ops"], {"swiglu": (21, 42)})
+        self.assertEqual(c["learned"], {"groups": 2, "refused": 1})
+        self.assertEqual([(g["rows"], g["complete"], g["broken"]) for g in c["learned_signatures"]],
+                         [(261, 21, 0), (522, 5, 1)])
 
 
 if __name__ == "__main__":
