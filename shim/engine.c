@@ -210,9 +210,12 @@ static void h3_groups_build(void)
 }
 
 /* Whether every op that marks the block (h3_op.marks_block) plans a range in
- * one of the signature's runs of launches, enabled or not. */
-static bool h3_engine_is_block(const struct h3_sig *sig)
+ * one of the signature's runs of launches, enabled or not; else *missing
+ * names the first that does not. */
+static bool h3_engine_is_block(const struct h3_sig *sig, const char **missing, bool *resembles)
 {
+    bool all = true;
+    *resembles = false;
     for (unsigned o = 0; o < h3_ops_count(); o++) {
         const struct h3_op *op = h3_ops_get(o);
         bool planned = !op->marks_block;
@@ -225,17 +228,29 @@ static bool h3_engine_is_block(const struct h3_sig *sig)
             struct h3_op_range found[8];
             planned = op->plan(sig, j, last, found, 8) > 0;
         }
-        if (!planned)
-            return false;
+        if (!planned && all) {
+            *missing = op->name;
+            all = false;
+        }
+        *resembles |= planned && op->marks_block;
     }
-    return true;
+    return all;
 }
 
-unsigned h3_engine_learned(const struct h3_sig *sig)
+unsigned h3_engine_learned(const struct h3_sig *sig, const char **why, bool *resembles)
 {
     unsigned n = atomic_load_explicit(&h3_ngroups, memory_order_acquire);
-    if (!h3_hot.engine_on || n == H3_ENGINE_MAX_SIGS || !h3_engine_is_block(sig) ||
-        !h3_groups_make(&h3_groups[n], sig, h3_signatures_count()))
+    *why = "the engine's tables are full";
+    *resembles = true;
+    if (!h3_hot.engine_on || n == H3_ENGINE_MAX_SIGS)
+        return 0;
+    const char *missing = NULL;
+    if (!h3_engine_is_block(sig, &missing, resembles)) {
+        *why = missing; /* the op that marks the block and plans nothing in it */
+        return 0;
+    }
+    *why = "no op enabled plans a range in it";
+    if (!h3_groups_make(&h3_groups[n], sig, h3_signatures_count()))
         return 0;
     unsigned planned = 0;
     for (unsigned r = 0; r < h3_groups[n].nranges; r++)

@@ -563,9 +563,11 @@ bool h3_learn_wants(const struct h3_call *c);
 /* Whether this thread still looks for groups (it then needs every GEMM's
  * description). */
 bool h3_learn_looking(void);
-/* Calls the learner does not keep came (a call that submits work, calls a
- * signature took): no group runs across them. */
-void h3_learn_gap(void);
+/* A call that submits work or synchronises came: a group may run across it
+ * (the first instance's first GEMM at a shape may follow cuDNN's and
+ * cuBLAS's own set-up), but not one that has it at one place in every
+ * instance. */
+void h3_learn_sync(void);
 /* Keeps a matched call, and learns a group when the call completes its
  * third instance in a row. */
 void h3_learn_observe(const struct h3_call *c);
@@ -609,8 +611,11 @@ void h3_engine_setup(void);
  * H3 block (every op that marks the block plans a range in it, enabled or
  * not) and an enabled op plans a range in it, adds its group table (before
  * the signature is published); returns the ranges planned (0: nothing
- * added). */
-unsigned h3_engine_learned(const struct h3_sig *sig);
+ * added, and *why says why: the name of an op that marks the block and
+ * plans nothing there, or a sentence; *resembles whether an op that marks
+ * the block plans a range in it: a variant of the block the ops do not
+ * take, not another model). */
+unsigned h3_engine_learned(const struct h3_sig *sig, const char **why, bool *resembles);
 /* The engine's part of deciding an observed call (hooks.c runs them in
  * order, the matcher between them).  h3_engine_begin: the capture edges,
  * the passthrough defaults; false when nothing is matched.  h3_engine_quiet:
@@ -794,6 +799,10 @@ void h3_released_after_fork_child(void);
  * told ([*lo, *hi)); false when none is known to (no report, or the table
  * of live blocks overflowed). */
 bool h3_released_block(uint64_t addr, uint64_t *lo, uint64_t *hi);
+/* Whether `addr` is device memory for certain: the start of a block the
+ * allocator reported live, or inside one this thread's allocator reported
+ * freed lately (constant work: no scan of the live blocks). */
+bool h3_released_device_address(uint64_t addr);
 /* A free of [lo, hi) that this thread's allocator reported. */
 void h3_released_note_free(uint64_t lo, uint64_t hi);
 /* This thread's place in its frees now (struct h3_free_mark), and whether

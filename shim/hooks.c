@@ -103,7 +103,7 @@ static bool h3_call_decide(struct h3_call *c)
     if (!h3_engine_begin(c))
         return false;
     if (c->kind == H3_KIND_SYNC)
-        h3_learn_gap(); /* no group is learned across it */
+        h3_learn_sync(); /* noted on the next call the learner keeps */
     if (h3_engine_quiet(c) && (c->kind == H3_KIND_SYNC || (h3_match_idle(c) && !h3_learn_wants(c)))) {
         c->reason = "idle";
         return false;

@@ -67,6 +67,7 @@ struct h3_learn_call {
     uint32_t nparams;
     uint64_t at; /* launches: where its sizes and bytes lie in the byte ring (absolute) */
     uint32_t len;
+    bool synced; /* a call that submits work or synchronises came before it (since the last kept) */
     struct h3_free_mark mark; /* the thread's frees before it (h3_released_mark) */
     union {
         struct {
@@ -101,6 +102,7 @@ struct h3_learner {
     struct h3_learn_candidate cand[H3_LEARN_CANDIDATES];
     uint64_t since_repeat; /* calls since a period last reached two instances */
     bool gap;              /* calls the learner did not keep came since the last one */
+    bool synced;           /* a call that submits work or synchronises came since the last one */
     bool stopped;
 };
 
@@ -111,9 +113,16 @@ static pthread_once_t h3_learn_key_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t h3_learn_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong h3_learn_refused_ids[H3_LEARN_REFUSED_IDS];
+/* Why a call was not kept. */
+enum h3_learn_skip { H3_SKIP_TAKEN, H3_SKIP_LAUNCH, H3_SKIP_MATMUL, H3_SKIP_CUDNN, H3_SKIP_OTHER, H3_SKIP_REFUSED,
+                     H3_SKIPS };
+static const char *const h3_learn_skip_names[H3_SKIPS] = {
+    "continuing a signature's attempt", "launches without known parameters", "GEMMs without a full description",
+    "cuDNN executions without a known variant pack", "other library calls", "of refused groups"};
 static struct {
-    atomic_uint learned, refused, duplicates, unlearnable, threads, stopped;
-    atomic_ulong refused_calls;
+    atomic_uint learned, refused, threads, stopped;
+    atomic_ulong refused_calls, kept, synced;
+    atomic_ulong skipped[H3_SKIPS];
 } h3_learn_counts;
 static uint64_t h3_learn_bodies[H3_LEARN_MAX_LEARNED]; /* hashes of the learned texts, under the lock */
 static unsigned h3_learn_nbodies;
@@ -245,11 +254,22 @@ bool h3_learn_wants(const struct h3_call *c)
     return id != 0 && !h3_learn_refused(id);
 }
 
-void h3_learn_gap(void)
+/* Calls the learner could not keep, or that a signature took: no group runs across them. */
+static void h3_learn_break(enum h3_learn_skip why)
 {
     struct h3_learner *l = h3_learner_tls;
+    atomic_fetch_add_explicit(&h3_learn_counts.skipped[why], 1, memory_order_relaxed);
     if (l != NULL)
         l->gap = true;
+}
+
+void h3_learn_sync(void)
+{
+    struct h3_learner *l = h3_learner_tls;
+    if (l != NULL && !l->stopped) {
+        l->synced = true;
+        atomic_fetch_add_explicit(&h3_learn_counts.synced, 1, memory_order_relaxed);
+    }
 }
 
 /* ---- the ring ---- */
@@ -318,6 +338,8 @@ static bool h3_learn_keep(struct h3_learner *l, struct h3_learn_call *e, const s
     e->id = id;
     e->stream = c->stream;
     e->mark = h3_released_mark();
+    e->synced = l->synced;
+    l->synced = false;
     if (c->kind == H3_KIND_LAUNCH) {
         e->kind = H3_SIG_LAUNCH;
         e->kernel = c->kernel;
@@ -419,8 +441,15 @@ static bool h3_learn_known_add(struct h3_learn_group *g, uint64_t v)
     return true;
 }
 
+/* Whether `v` is a device address for certain or within H3_LEARN_DEVICE_RADIUS
+ * of one: the library calls' operands and the words accepted so far
+ * (record_signature.py's rule), or memory the caching allocator reported
+ * (what a trace does not hold: buffers PyTorch's allocator put in segments
+ * far from every GEMM's operands). */
 static bool h3_learn_near(const struct h3_learn_group *g, uint64_t v)
 {
+    if (h3_released_device_address(v))
+        return true;
     uint32_t lo = 0, hi = g->nknown;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
@@ -1014,6 +1043,34 @@ static void h3_learn_print_calls(FILE *f, const struct h3_learn_group *g)
 
 /* ---- learning a group ---- */
 
+/* The first refusals' sizes and reasons, for the stats. */
+#define H3_LEARN_REFUSALS_KEPT 8
+static struct {
+    uint32_t period;
+    char why[96];
+    unsigned times;
+} h3_learn_refusals[H3_LEARN_REFUSALS_KEPT];
+static unsigned h3_learn_nrefusals;
+
+/* Under h3_learn_lock or not: the refusals are counted after it. */
+static void h3_learn_note_refusal(uint32_t period, const char *why)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
+    unsigned i = 0;
+    while (i < h3_learn_nrefusals &&
+           (h3_learn_refusals[i].period != period || strcmp(h3_learn_refusals[i].why, why) != 0))
+        i++;
+    if (i == h3_learn_nrefusals && i < H3_LEARN_REFUSALS_KEPT) {
+        h3_learn_refusals[i].period = period;
+        snprintf(h3_learn_refusals[i].why, sizeof(h3_learn_refusals[i].why), "%s", why);
+        h3_learn_nrefusals++;
+    }
+    if (i < h3_learn_nrefusals)
+        h3_learn_refusals[i].times++;
+    pthread_mutex_unlock(&lock);
+}
+
 /* Writes a learned signature to H3SHIM_RECORD (a directory). */
 static void h3_learn_record(const char *text, size_t len, const char *group)
 {
@@ -1043,6 +1100,9 @@ static long long h3_learn_rows(const struct h3_learn_group *g)
     return 0;
 }
 
+static uint64_t h3_learn_fingerprint(struct h3_learner *l, uint64_t start, uint32_t period);
+static void h3_learn_refuse_group(uint64_t fp);
+
 /* Renders, parses and publishes the group of `period` calls starting at `start`. */
 static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period)
 {
@@ -1064,6 +1124,15 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
             else if (e->kind == H3_SIG_LAUNCH && h3_learn_bytes_of(l, e) == NULL)
                 why = "parameter bytes no longer kept";
         }
+    /* A call that synchronises inside every instance, at one place: the
+     * matcher's attempts would break there every time. */
+    for (uint32_t j = 1; j < period && why == NULL; j++) {
+        bool always = true;
+        for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++)
+            always &= g.pos[j].e[k]->synced;
+        if (always)
+            why = "a call that synchronises comes inside every instance";
+    }
     if (why == NULL && !h3_learn_find_slots(&g))
         why = "out of memory";
     if (why == NULL && !h3_learn_wire(&g))
@@ -1110,12 +1179,20 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
         }
     }
     bool published = false;
+    char not_block[96];
+    const char *engine_why = NULL;
+    bool resembles = true; /* unless the planners say otherwise: its calls stay in sight */
     if (sig != NULL) {
         if (atomic_load(&h3_learn_counts.learned) >= H3_LEARN_MAX_LEARNED)
             why = "too many learned";
-        else if (h3_engine_learned(sig) == 0)
-            why = "not the H3 block, or no op enabled plans a range in it";
-        else if (!h3_signatures_add(sig))
+        else if (h3_engine_learned(sig, &engine_why, &resembles) == 0) {
+            if (engine_why != NULL && strchr(engine_why, ' ') == NULL) { /* an op's name */
+                snprintf(not_block, sizeof(not_block), "not the H3 block (%s plans nothing in it)", engine_why);
+                why = not_block;
+            } else {
+                why = engine_why != NULL ? engine_why : "the engine took nothing";
+            }
+        } else if (!h3_signatures_add(sig))
             why = "too many signatures";
         else {
             published = true;
@@ -1132,12 +1209,24 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
     } else {
         if (sig != NULL)
             h3_sig_free(sig);
-        /* Its calls are no group an op takes: they go back to the idle path. */
-        for (uint32_t j = 0; j < period; j++)
-            h3_learn_refuse_id(h3_learn_at(l, start + j)->id);
+        /* Another model's group: its calls go back to the idle path.  A
+         * variant of the block (an op that marks it plans there: another
+         * batch, say) shares calls with the block's other shapes (the weight
+         * casts), so only the group is remembered, not to be derived again. */
+        if (!resembles) {
+            for (uint32_t j = 0; j < period; j++)
+                h3_learn_refuse_id(h3_learn_at(l, start + j)->id);
+            atomic_fetch_add(&h3_learn_counts.refused_calls, period);
+        }
+        h3_learn_refuse_group(h3_learn_fingerprint(l, start, period));
         atomic_fetch_add(&h3_learn_counts.refused, 1);
-        atomic_fetch_add(&h3_learn_counts.refused_calls, period);
         H3_INFO(H3_SUB_HOOK, "a repeating group of %u calls was not learned: %s", period, why);
+        h3_learn_note_refusal(period, why);
+        if (text != NULL) {
+            char name[128];
+            snprintf(name, sizeof(name), "refused-%s", group);
+            h3_learn_record(text, len, name);
+        }
     }
 done:
     free(text);
@@ -1145,6 +1234,48 @@ done:
     free(g.pos);
     free(g.slots);
     free(g.known);
+}
+
+/* A group's calls' identities, whatever call it starts at. */
+static uint64_t h3_learn_fingerprint(struct h3_learner *l, uint64_t start, uint32_t period)
+{
+    uint64_t x = (uint64_t)period * 0x9e3779b97f4a7c15ull;
+    for (uint32_t j = 0; j < period; j++)
+        x ^= h3_learn_at(l, start + j)->id * 0xff51afd7ed558ccdull;
+    return x | 1;
+}
+
+/* The groups refused (fingerprints), so that none is derived twice. */
+#define H3_LEARN_REFUSED_GROUPS 64
+static atomic_ullong h3_learn_refused_groups[H3_LEARN_REFUSED_GROUPS];
+
+static void h3_learn_refuse_group(uint64_t fp)
+{
+    for (unsigned i = 0; i < H3_LEARN_REFUSED_GROUPS; i++) {
+        uint64_t expected = 0;
+        if (atomic_compare_exchange_strong(&h3_learn_refused_groups[i], &expected, fp) || expected == fp)
+            return;
+    }
+}
+
+static bool h3_learn_group_refused(uint64_t fp)
+{
+    for (unsigned i = 0; i < H3_LEARN_REFUSED_GROUPS; i++) {
+        uint64_t v = atomic_load_explicit(&h3_learn_refused_groups[i], memory_order_relaxed);
+        if (v == fp)
+            return true;
+        if (v == 0)
+            return false;
+    }
+    return false;
+}
+
+/* Learns the group unless it was refused already. */
+static void h3_learn_try(struct h3_learner *l, uint64_t start, uint32_t period)
+{
+    l->since_repeat = 0;
+    if (!h3_learn_group_refused(h3_learn_fingerprint(l, start, period)))
+        h3_learn_group(l, start, period);
 }
 
 /* Where the periodicity of `period` ending at `at` began: as far back as
@@ -1175,8 +1306,7 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
             l->since_repeat = 0;
         if (!c->done && at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * c->period) {
             c->done = true;
-            l->since_repeat = 0;
-            h3_learn_group(l, c->start, c->period);
+            h3_learn_try(l, c->start, c->period);
         }
     }
     if (e->kind == H3_LEARN_GAP)
@@ -1210,8 +1340,7 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
         l->since_repeat = 0;
     if (at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * period) {
         c->done = true;
-        l->since_repeat = 0;
-        h3_learn_group(l, c->start, period);
+        h3_learn_try(l, c->start, period);
     }
 }
 
@@ -1231,13 +1360,22 @@ void h3_learn_observe(const struct h3_call *c)
 {
     if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC)
         return;
-    if (c->match_starts != 0 || c->match_continues != 0) { /* a signature took it */
-        h3_learn_gap();
+    /* A call that continues an attempt is a signature's (kept out: the
+     * signature covers it); one that only begins one is kept, since the
+     * attempt may break at the next call (a variant of the block that
+     * begins like it, as the serving mode's later tiles begin like its
+     * first's). */
+    if (c->match_continues != 0) {
+        h3_learn_break(H3_SKIP_TAKEN);
         return;
     }
     uint64_t id = h3_learn_identity(c);
     if (id == 0 || h3_learn_refused(id)) {
-        h3_learn_gap();
+        h3_learn_break(id != 0                            ? H3_SKIP_REFUSED
+                       : c->kind == H3_KIND_LAUNCH        ? H3_SKIP_LAUNCH
+                       : c->fn == H3_FN_cublasLtMatmul    ? H3_SKIP_MATMUL
+                       : c->fn == H3_FN_cudnnBackendExecute ? H3_SKIP_CUDNN
+                                                          : H3_SKIP_OTHER);
         return;
     }
     struct h3_learner *l = h3_learner_get();
@@ -1248,6 +1386,7 @@ void h3_learn_observe(const struct h3_call *c)
         h3_learn_push(l, NULL, 0);
     }
     h3_learn_push(l, c, id);
+    atomic_fetch_add_explicit(&h3_learn_counts.kept, 1, memory_order_relaxed);
     if (++l->since_repeat > H3_LEARN_PATIENCE) {
         l->stopped = true;
         atomic_fetch_add(&h3_learn_counts.stopped, 1);
@@ -1265,4 +1404,15 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
          atomic_load(&h3_learn_counts.learned), atomic_load(&h3_learn_counts.refused),
          atomic_load(&h3_learn_counts.refused_calls), threads,
          sizeof(struct h3_learner) + (size_t)H3_LEARN_BYTES, atomic_load(&h3_learn_counts.stopped));
+    unsigned long skipped = 0;
+    for (unsigned i = 0; i < H3_SKIPS; i++)
+        skipped += atomic_load(&h3_learn_counts.skipped[i]);
+    line("learn: %lu calls kept, %lu not kept, %lu calls that synchronise between them", atomic_load(&h3_learn_counts.kept),
+         skipped, atomic_load(&h3_learn_counts.synced));
+    for (unsigned i = 0; i < H3_SKIPS; i++)
+        if (atomic_load(&h3_learn_counts.skipped[i]) != 0)
+            line("learn: not kept: %lu %s", atomic_load(&h3_learn_counts.skipped[i]), h3_learn_skip_names[i]);
+    for (unsigned i = 0; i < h3_learn_nrefusals; i++)
+        line("learn: refused %u times, a group of %u calls: %s", h3_learn_refusals[i].times,
+             h3_learn_refusals[i].period, h3_learn_refusals[i].why);
 }

@@ -175,3 +175,20 @@ int h3_released_between(struct h3_free_mark a, struct h3_free_mark b, struct h3_
             return 1;
     return 0;
 }
+
+bool h3_released_device_address(uint64_t addr)
+{
+    if (addr == 0)
+        return false;
+    bool found = false;
+    pthread_mutex_lock(&h3_blocks.lock);
+    unsigned i = h3_blocks_slot(addr);
+    while (h3_blocks.ptr[i] != 0 && h3_blocks.ptr[i] != addr)
+        i = (i + 1) & (H3_BLOCKS_CAP - 1);
+    found = h3_blocks.ptr[i] == addr;
+    pthread_mutex_unlock(&h3_blocks.lock);
+    uint32_t n = h3_recent.n, kept = n < H3_RECENT_FREES ? n : H3_RECENT_FREES;
+    for (uint32_t k = n - kept; !found && k != n; k++)
+        found = addr >= h3_recent.at[k % H3_RECENT_FREES].lo && addr < h3_recent.at[k % H3_RECENT_FREES].hi;
+    return found;
+}

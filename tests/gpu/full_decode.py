@@ -120,7 +120,10 @@ def main():
                 verdicts = [shimstats.replay_verdict(r["shim_stats"], blocks) for r in runs]
             else:  # the defaults: every op on
                 verdicts = [shimstats.ops_verdict(r["shim_stats"], blocks, DEFAULT_OPS) for r in runs]
-            engine = {"verdicts": [t for _, t in verdicts], "stats": [shimstats.parse(r["shim_stats"]) for r in runs]}
+            engine = {"verdicts": [t for _, t in verdicts], "stats": [shimstats.parse(r["shim_stats"]) for r in runs],
+                      # the learner's own lines: what it learned, refused and why
+                      "learn_lines": [[ln.split("stats: ", 1)[1] for ln in (r["shim_stats"] or "").splitlines()
+                                       if "stats: learn:" in ln] for r in runs]}
             if not arms[name][1]:  # eager: every block seen; with graphs only the captures are
                 engine["pass"] = all(v for v, _ in verdicts)
                 arm_ok &= engine["pass"]
