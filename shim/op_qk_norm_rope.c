@@ -58,16 +58,21 @@ static bool h3_qk_ew(const struct h3_sig_call *c, unsigned nargs, uint32_t n, un
 }
 
 /* A CatArrayBatchedCopy of two FP16 inputs along the last of 4 dims: output
- * [1, tokens, heads, w0 + w1] dense; input i [1, tokens, heads, wi] with row
- * stride si elements. */
+ * [batch, tokens / batch, heads, w0 + w1] dense; input i [batch, tokens /
+ * batch, heads, wi] with row stride si elements. */
 static bool h3_qk_cat(const struct h3_sig_call *c, uint32_t tokens, uint32_t w0, uint32_t s0, uint32_t w1, uint32_t s1)
 {
     static const uint16_t sizes[5] = {8, 3392, 32, 4, 4};
-    const uint32_t h = QK_HEADS, w = w0 + w1, rows = tokens * h;
-    const uint32_t out[8] = {1, tokens, h, w, rows * w, h * w, w, 1};
+    /* [batch, tokens / batch, heads, w]: the batch's tokens lie one after
+     * another, as the launches before it coalesced them into one dimension. */
+    uint32_t batch;
+    if (!h3_sig_u32(c, 2, 0, &batch) || batch == 0 || tokens % batch != 0)
+        return false;
+    const uint32_t h = QK_HEADS, w = w0 + w1, rows = tokens * h, s = tokens / batch;
+    const uint32_t out[8] = {batch, s, h, w, s * h * w, h * w, w, 1};
     const uint32_t offsets[2] = {0, w0}, dims[2] = {w0, w1}, nel[2] = {rows * w0, rows * w1};
-    const uint32_t strides[16] = {1, tokens, h, w0, rows * s0, h * s0, s0, 1,
-                                  1, tokens, h, w1, rows * s1, h * s1, s1, 1};
+    const uint32_t strides[16] = {batch, s, h, w0, s * h * s0, h * s0, s0, 1,
+                                  batch, s, h, w1, s * h * s1, h * s1, s1, 1};
     const uint32_t three = 3, one = 1;
     static const uint8_t not_contiguous[2] = {0, 0};
     return h3_qk_name(c, "CatArrayBatchedCopyINS1_10OpaqueTypeILj2EEEjLi4ELi64ELi64EE") && c->nparams == 5 &&

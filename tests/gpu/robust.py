@@ -39,6 +39,9 @@ SHA-256 must be the same in every process:
 
     python3 tests/gpu/robust.py [--shim build/libh3shim.so] [--rounds 2] [--items workloads,threads,children,compiled,variants,nccl] [--tag SUFFIX]
 
+H3_ROBUST_SIGNATURES=DIR gives the shim's arms H3SHIM_SIGNATURES=DIR (an empty
+directory: every signature is learned in the process).
+
 Writes tests/evidence/<date>-<gpu>-robust.json and .md (and copies to $OUT).
 Exit status 0 when every item is bitwise equal across arms.
 """
@@ -447,6 +450,8 @@ def run_child(item, shim, paired_in_process=False, stats=True):
     env.pop("H3_ROBUST_PAUSE", None)
     if shim:
         env.update(LD_PRELOAD=shim)
+        if os.environ.get("H3_ROBUST_SIGNATURES"):  # another signature directory (an empty one: all learned)
+            env.update(H3SHIM_SIGNATURES=os.environ["H3_ROBUST_SIGNATURES"])
         if stats:
             env.update(H3SHIM_STATS="1")
         if paired_in_process:
