@@ -560,9 +560,12 @@ bool h3_learn_on(void);
  * an identity it can learn and not one of a refused group): such a call is
  * not idle. */
 bool h3_learn_wants(const struct h3_call *c);
-/* Whether this thread still looks for groups (it then needs every GEMM's
- * description). */
+/* Whether this thread still looks for groups (it then remembers cuBLASLt
+ * descriptors as they are built). */
 bool h3_learn_looking(void);
+/* Whether the learner needs the full description of a GEMM of this shape:
+ * this thread looks, and no refused group (another model's) had a GEMM of it. */
+bool h3_learn_wants_gemm(int32_t transa, int64_t m, int64_t n, int64_t k);
 /* A call that submits work or synchronises came: a group may run across it
  * (the first instance's first GEMM at a shape may follow cuDNN's and
  * cuBLAS's own set-up), but not one that has it at one place in every

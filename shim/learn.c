@@ -263,6 +263,17 @@ static void h3_learn_break(enum h3_learn_skip why)
         l->gap = true;
 }
 
+static uint64_t h3_learn_gemm_key(int64_t transa, int64_t m, int64_t n, int64_t k)
+{
+    int64_t v[4] = {transa, m, n, k};
+    return h3_hash(h3_learn_mix(H3_HASH_SEED, 4), v, sizeof(v)) | 1;
+}
+
+bool h3_learn_wants_gemm(int32_t transa, int64_t m, int64_t n, int64_t k)
+{
+    return h3_learn_looking() && !h3_learn_refused(h3_learn_gemm_key(transa, m, n, k));
+}
+
 void h3_learn_sync(void)
 {
     struct h3_learner *l = h3_learner_tls;
@@ -1214,8 +1225,13 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
          * batch, say) shares calls with the block's other shapes (the weight
          * casts), so only the group is remembered, not to be derived again. */
         if (!resembles) {
-            for (uint32_t j = 0; j < period; j++)
-                h3_learn_refuse_id(h3_learn_at(l, start + j)->id);
+            for (uint32_t j = 0; j < period; j++) {
+                const struct h3_learn_call *e = h3_learn_at(l, start + j);
+                h3_learn_refuse_id(e->id);
+                if (e->kind == H3_SIG_MATMUL) /* desc: transa at 2, m n k at 6-8 */
+                    h3_learn_refuse_id(h3_learn_gemm_key(e->u.mm.desc[2], e->u.mm.desc[6], e->u.mm.desc[7],
+                                                         e->u.mm.desc[8]));
+            }
             atomic_fetch_add(&h3_learn_counts.refused_calls, period);
         }
         h3_learn_refuse_group(h3_learn_fingerprint(l, start, period));

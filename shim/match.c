@@ -397,7 +397,7 @@ static bool h3_match_wants_matmul_on(const struct h3_matcher *m, const void *str
 
 bool h3_match_wants_matmul(const void *stream)
 {
-    return h3_learn_looking() || h3_match_wants_matmul_on(h3_matcher_get(), stream, false);
+    return h3_match_wants_matmul_on(h3_matcher_get(), stream, false);
 }
 
 /* Keeps h3_thread.expects_matmul (what a descriptor's Create asks, on any

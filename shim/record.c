@@ -404,7 +404,9 @@ void h3_desc_lt_matmul(struct h3_call *c, cublasLtHandle_t handle, cublasLtMatmu
                           8);
         lt->workspace = workspace_size;
         h3_call_device(c);
-        return;
+        if (!h3_learn_wants_gemm(lt->transa, lt->m, lt->n, lt->k))
+            return;
+        /* The learner keeps it: described in full (its shape is no refused group's). */
     }
     h3_lt_describe(lt, algo); /* remembered descriptors (lt_shadow.c), else read */
     lt->m = (int64_t)lt->d.rows;
