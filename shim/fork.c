@@ -17,6 +17,8 @@ static void h3_fork_child(void)
     h3_match_reset();
     h3_engine_after_fork_child();
     h3_released_after_fork_child();
+    h3_learn_after_fork_child();
+    h3_signatures_after_fork_child();
     h3_lt_after_fork_child();
     H3_INFO(H3_SUB_FORK, "fork child: trace and stats restarted");
 }

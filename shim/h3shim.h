@@ -517,6 +517,8 @@ const struct h3_sig *h3_signatures_get(unsigned i);
  * full.  The list only grows: a signature is never freed or moved, and the
  * count is published after the entry. */
 bool h3_signatures_add(struct h3_sig *sig);
+/* A fork child's lock is usable again. */
+void h3_signatures_after_fork_child(void);
 
 /* ---- match.c: recognising the signatures' groups (H3SHIM_MATCH=1) ---- */
 
@@ -575,6 +577,8 @@ void h3_learn_sync(void);
  * third instance in a row. */
 void h3_learn_observe(const struct h3_call *c);
 void h3_learn_print_stats(void (*line)(const char *fmt, ...));
+/* A fork child's locks are usable again. */
+void h3_learn_after_fork_child(void);
 
 /* ---- engine.c: deferral, flush and the ops (H3SHIM_ENGINE) ---- */
 

@@ -44,6 +44,8 @@
 #define H3_LEARN_PATIENCE (1u << 20)
 /* Groups learned per process: published, and refused by every planner. */
 #define H3_LEARN_MAX_LEARNED 24
+/* Signatures in all, committed and learned: what every thread's matcher holds. */
+#define H3_LEARN_MAX_SIGNATURES 32
 #define H3_LEARN_MAX_REFUSED 32
 /* Identities of refused groups remembered (open addressing, a power of two). */
 #define H3_LEARN_REFUSED_IDS 4096
@@ -112,6 +114,9 @@ static pthread_key_t h3_learn_key;
 static pthread_once_t h3_learn_key_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t h3_learn_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Learning is over for the process: the learned groups' or signatures'
+ * room is spent, or the refused groups' table is full. */
+static atomic_bool h3_learn_closed;
 static atomic_ullong h3_learn_refused_ids[H3_LEARN_REFUSED_IDS];
 /* Why a call was not kept. */
 enum h3_learn_skip { H3_SKIP_TAKEN, H3_SKIP_LAUNCH, H3_SKIP_MATMUL, H3_SKIP_CUDNN, H3_SKIP_OTHER, H3_SKIP_REFUSED,
@@ -119,6 +124,8 @@ enum h3_learn_skip { H3_SKIP_TAKEN, H3_SKIP_LAUNCH, H3_SKIP_MATMUL, H3_SKIP_CUDN
 static const char *const h3_learn_skip_names[H3_SKIPS] = {
     "continuing a signature's attempt", "launches without known parameters", "GEMMs without a full description",
     "cuDNN executions without a known variant pack", "other library calls", "of refused groups"};
+static enum h3_learn_skip h3_learn_skip_of(const struct h3_call *c);
+static void h3_learn_break(enum h3_learn_skip why);
 static struct {
     atomic_uint learned, refused, threads, stopped;
     atomic_ulong refused_calls, kept, synced;
@@ -131,6 +138,7 @@ static void h3_learner_free(void *arg)
 {
     struct h3_learner *l = arg;
     h3_learner_tls = NULL;
+    h3_learner_failed = true; /* a call after the key's destructor makes no new one */
     if (l != NULL)
         free(l->bytes);
     free(l);
@@ -149,7 +157,8 @@ bool h3_learn_on(void)
 bool h3_learn_looking(void)
 {
     const struct h3_learner *l = h3_learner_tls;
-    return h3_hot.learn_on && !h3_learner_failed && (l == NULL || !l->stopped);
+    return h3_hot.learn_on && !h3_learner_failed && (l == NULL || !l->stopped) &&
+           !atomic_load_explicit(&h3_learn_closed, memory_order_relaxed);
 }
 
 /* This thread's learner, made at its first call; NULL when out of memory
@@ -196,7 +205,8 @@ static uint64_t h3_learn_identity(const struct h3_call *c)
 {
     uint64_t h = H3_HASH_SEED;
     if (c->kind == H3_KIND_LAUNCH) {
-        if (c->kernel == NULL || c->args == NULL || !c->kernel->params_known)
+        if (c->kernel == NULL || c->args == NULL || !c->kernel->params_known || c->kernel->name == NULL ||
+            strcmp(c->kernel->name, "?") == 0)
             return 0;
         h = h3_learn_mix(h, (uint64_t)(uintptr_t)c->kernel);
         h = h3_hash(h, c->grid, sizeof(c->grid));
@@ -245,13 +255,26 @@ static void h3_learn_refuse_id(uint64_t id)
 
 bool h3_learn_wants(const struct h3_call *c)
 {
-    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC)
+    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC || atomic_load_explicit(&h3_learn_closed, memory_order_relaxed))
         return false;
     struct h3_learner *l = h3_learner_tls;
     if (l != NULL && l->stopped)
         return false;
     uint64_t id = h3_learn_identity(c);
-    return id != 0 && !h3_learn_refused(id);
+    if (id != 0 && !h3_learn_refused(id))
+        return true;
+    /* Passed by idle, unseen by the learner: no group runs across it. */
+    h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
+    return false;
+}
+
+/* Why a call whose identity is 0 cannot be kept. */
+static enum h3_learn_skip h3_learn_skip_of(const struct h3_call *c)
+{
+    return c->kind == H3_KIND_LAUNCH                ? H3_SKIP_LAUNCH
+           : c->fn == H3_FN_cublasLtMatmul          ? H3_SKIP_MATMUL
+           : c->fn == H3_FN_cudnnBackendExecute     ? H3_SKIP_CUDNN
+                                                    : H3_SKIP_OTHER;
 }
 
 /* Calls the learner could not keep, or that a signature took: no group runs across them. */
@@ -1063,11 +1086,18 @@ static struct {
 } h3_learn_refusals[H3_LEARN_REFUSALS_KEPT];
 static unsigned h3_learn_nrefusals;
 
-/* Under h3_learn_lock or not: the refusals are counted after it. */
+static pthread_mutex_t h3_learn_refusals_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void h3_learn_after_fork_child(void)
+{
+    pthread_mutex_init(&h3_learn_lock, NULL);
+    pthread_mutex_init(&h3_learn_refusals_lock, NULL);
+}
+
+/* Counted after h3_learn_lock is let go. */
 static void h3_learn_note_refusal(uint32_t period, const char *why)
 {
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&h3_learn_refusals_lock);
     unsigned i = 0;
     while (i < h3_learn_nrefusals &&
            (h3_learn_refusals[i].period != period || strcmp(h3_learn_refusals[i].why, why) != 0))
@@ -1079,7 +1109,7 @@ static void h3_learn_note_refusal(uint32_t period, const char *why)
     }
     if (i < h3_learn_nrefusals)
         h3_learn_refusals[i].times++;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&h3_learn_refusals_lock);
 }
 
 /* Writes a learned signature to H3SHIM_RECORD (a directory). */
@@ -1090,7 +1120,7 @@ static void h3_learn_record(const char *text, size_t len, const char *group)
         return;
     mkdir(dir, 0777);
     char path[4096];
-    snprintf(path, sizeof(path), "%s/%s.sig", dir, group);
+    snprintf(path, sizeof(path), "%s/%s-pid%ld.sig", dir, group, (long)getpid()); /* processes may share DIR */
     FILE *f = fopen(path, "w");
     if (f == NULL || fwrite(text, 1, len, f) != len) {
         H3_WARN(H3_SUB_HOOK, "H3SHIM_RECORD: cannot write %s", path);
@@ -1157,10 +1187,13 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
     }
     uint64_t hash = body != NULL ? h3_hash(H3_HASH_SEED, body, body_len) : 0;
     pthread_mutex_lock(&h3_learn_lock);
-    for (unsigned i = 0; why == NULL && i < h3_learn_nbodies; i++)
-        if (h3_learn_bodies[i] == hash)
-            why = "learned already (another thread)";
-    unsigned number = atomic_load(&h3_learn_counts.learned) + atomic_load(&h3_learn_counts.refused) + 1;
+    bool duplicate = false;
+    for (unsigned i = 0; why == NULL && !duplicate && i < h3_learn_nbodies; i++)
+        duplicate = h3_learn_bodies[i] == hash;
+    if (duplicate)
+        why = "learned already (another thread)";
+    static unsigned h3_learn_derived; /* under the lock: each group its own number */
+    unsigned number = ++h3_learn_derived;
     char group[96];
     snprintf(group, sizeof(group), "block-learned-%u-%ucalls-n%lld", number, period, h3_learn_rows(&g));
     if (why == NULL) {
@@ -1193,10 +1226,13 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
     char not_block[96];
     const char *engine_why = NULL;
     bool resembles = true; /* unless the planners say otherwise: its calls stay in sight */
+    bool planned = false; /* the ops' planners saw it: it is never freed (weight_cache keeps its calls' marks) */
     if (sig != NULL) {
-        if (atomic_load(&h3_learn_counts.learned) >= H3_LEARN_MAX_LEARNED)
-            why = "too many learned";
-        else if (h3_engine_learned(sig, &engine_why, &resembles) == 0) {
+        if (atomic_load(&h3_learn_counts.learned) >= H3_LEARN_MAX_LEARNED ||
+            h3_signatures_count() >= H3_LEARN_MAX_SIGNATURES) {
+            why = "no room for another signature";
+            atomic_store(&h3_learn_closed, true);
+        } else if ((planned = true, h3_engine_learned(sig, &engine_why, &resembles) == 0)) {
             if (engine_why != NULL && strchr(engine_why, ' ') == NULL) { /* an op's name */
                 snprintf(not_block, sizeof(not_block), "not the H3 block (%s plans nothing in it)", engine_why);
                 why = not_block;
@@ -1213,12 +1249,16 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
         }
     }
     pthread_mutex_unlock(&h3_learn_lock);
-    if (published) {
+    if (duplicate) {
+        H3_INFO(H3_SUB_HOOK, "a repeating group of %u calls was learned already, by another thread", period);
+        if (sig != NULL)
+            h3_sig_free(sig);
+    } else if (published) {
         H3_INFO(H3_SUB_HOOK, "learned signature %s: %u calls, from this thread's kept calls %llu to %llu", group,
                 period, (unsigned long long)start, (unsigned long long)(start + (uint64_t)H3_LEARN_INSTANCES * period - 1));
         h3_learn_record(text, len, group);
     } else {
-        if (sig != NULL)
+        if (sig != NULL && !planned)
             h3_sig_free(sig);
         /* Another model's group: its calls go back to the idle path.  A
          * variant of the block (an op that marks it plans there: another
@@ -1234,7 +1274,11 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
             }
             atomic_fetch_add(&h3_learn_counts.refused_calls, period);
         }
-        h3_learn_refuse_group(h3_learn_fingerprint(l, start, period));
+        /* A refusal that says something of the group (the planners', a
+         * synchronising call, disagreeing wiring) is remembered; one of the
+         * moment (bytes overwritten, memory) is not. */
+        if (planned || (why != NULL && (strstr(why, "synchronises") != NULL || strstr(why, "disagree") != NULL)))
+            h3_learn_refuse_group(h3_learn_fingerprint(l, start, period));
         atomic_fetch_add(&h3_learn_counts.refused, 1);
         H3_INFO(H3_SUB_HOOK, "a repeating group of %u calls was not learned: %s", period, why);
         h3_learn_note_refusal(period, why);
@@ -1272,6 +1316,8 @@ static void h3_learn_refuse_group(uint64_t fp)
         if (atomic_compare_exchange_strong(&h3_learn_refused_groups[i], &expected, fp) || expected == fp)
             return;
     }
+    /* No room to remember it: it would be derived again at every repetition. */
+    atomic_store(&h3_learn_closed, true);
 }
 
 static bool h3_learn_group_refused(uint64_t fp)
@@ -1374,7 +1420,7 @@ static void h3_learn_push(struct h3_learner *l, const struct h3_call *c, uint64_
 
 void h3_learn_observe(const struct h3_call *c)
 {
-    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC)
+    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC || atomic_load_explicit(&h3_learn_closed, memory_order_relaxed))
         return;
     /* A call that continues an attempt is a signature's (kept out: the
      * signature covers it); one that only begins one is kept, since the
@@ -1387,11 +1433,7 @@ void h3_learn_observe(const struct h3_call *c)
     }
     uint64_t id = h3_learn_identity(c);
     if (id == 0 || h3_learn_refused(id)) {
-        h3_learn_break(id != 0                            ? H3_SKIP_REFUSED
-                       : c->kind == H3_KIND_LAUNCH        ? H3_SKIP_LAUNCH
-                       : c->fn == H3_FN_cublasLtMatmul    ? H3_SKIP_MATMUL
-                       : c->fn == H3_FN_cudnnBackendExecute ? H3_SKIP_CUDNN
-                                                          : H3_SKIP_OTHER);
+        h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
         return;
     }
     struct h3_learner *l = h3_learner_get();
@@ -1404,9 +1446,10 @@ void h3_learn_observe(const struct h3_call *c)
     h3_learn_push(l, c, id);
     atomic_fetch_add_explicit(&h3_learn_counts.kept, 1, memory_order_relaxed);
     if (++l->since_repeat > H3_LEARN_PATIENCE) {
-        l->stopped = true;
         atomic_fetch_add(&h3_learn_counts.stopped, 1);
         H3_INFO(H3_SUB_HOOK, "no group repeated in %u calls: this thread stops looking", H3_LEARN_PATIENCE);
+        pthread_setspecific(h3_learn_key, NULL);
+        h3_learner_free(l); /* its memory goes back now; the thread makes no other */
     }
 }
 

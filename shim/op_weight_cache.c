@@ -100,7 +100,7 @@ static void h3_wc_give_back(void);
 
 /* Per signature, which calls are casts that the op replaces (they read a
  * source: their launches do not invalidate it). */
-#define H3_WC_SIGS 8
+#define H3_WC_SIGS 32 /* as many as the engine has group tables */
 static struct {
     const struct h3_sig *sig;
     uint64_t casts[8]; /* bitmap over calls 0..511 */

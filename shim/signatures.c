@@ -151,17 +151,23 @@ unsigned h3_signatures_count(void)
     return atomic_load_explicit(&h3_nsigs, memory_order_acquire);
 }
 
+static pthread_mutex_t h3_signatures_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void h3_signatures_after_fork_child(void)
+{
+    pthread_mutex_init(&h3_signatures_lock, NULL);
+}
+
 bool h3_signatures_add(struct h3_sig *sig)
 {
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&h3_signatures_lock);
     unsigned n = atomic_load_explicit(&h3_nsigs, memory_order_relaxed);
     bool room = n < H3_MAX_SIGNATURES;
     if (room) {
         h3_sigs[n] = sig;
         atomic_store_explicit(&h3_nsigs, n + 1, memory_order_release);
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&h3_signatures_lock);
     return room;
 }
 

@@ -117,6 +117,10 @@ ALIAS_REPLAYS += $(B)/tests/h3-serving3-a-replay.txt
 # reported for a CPU device; and with the GEMMs' weight and bias casts freed after each GEMM.
 $(B)/tests/h3-block3-frees-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_frees.py
 	python3 tests/tools/replay_frees.py $* $< $@
+# The block with another kernel in its middle (the learner learns it; the ops take none of it).
+$(B)/tests/h3-block3-mutated-middle.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py middle $< $@
+ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-middle.txt
 ALIAS_REPLAYS += $(B)/tests/h3-block3-frees-after.txt $(B)/tests/h3-block3-frees-before.txt $(B)/tests/h3-block3-frees-cpu.txt \
                  $(B)/tests/h3-block3-frees-casts.txt $(B)/tests/h3-block3-frees-moved.txt \
                  $(B)/tests/h3-block3-frees-moved-kept.txt $(B)/tests/h3-block3-frees-swiglu-moved.txt \

@@ -32,6 +32,7 @@
 #define T_REPLAY_MOVED_KEPT "build/tests/h3-block3-frees-moved-kept.txt"
 #define T_REPLAY_SWIGLU_MOVED "build/tests/h3-block3-frees-swiglu-moved.txt"
 #define T_REPLAY_GEMM_MOVED "build/tests/h3-block3-frees-gemm-moved.txt"
+#define T_REPLAY_MUTATED "build/tests/h3-block3-mutated-middle.txt"
 #define T_MOVED_TO 0x7e0000000000ull /* replay_frees.py's MOVED_TO */
 #define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
 #define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
@@ -2196,6 +2197,122 @@ START_TEST(the_block_is_learned_from_its_first_instances)
 }
 END_TEST
 
+/* A learning run: the replay `replay` with no signature loaded and every op,
+ * against the same replay without the shim; the fakes must execute the same
+ * calls (`same`: compared whole, else only the launches on each of the two
+ * threads' streams).  Returns the stats. */
+static char *learning_run(const char *tag, const char *replay, bool same)
+{
+    char *none = t_path("no-signatures");
+    ck_assert(mkdir(none, 0777) == 0 || errno == EEXIST);
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    t_run.replay = replay;
+    char *base = same ? replay_with("learning-base", t_disabled, NULL) : NULL;
+    t_run.sigs = none;
+    char *stats;
+    char *log = replay_with(tag, env, &stats);
+    t_run.sigs = NULL;
+    t_run.replay = NULL;
+    if (same)
+        ck_assert_msg(strcmp(base, log) == 0, "%s: the fakes executed another stream of calls", tag);
+    free(base), free(log), free(none);
+    return stats;
+}
+
+/*
+ * Learning beside what real programs put between a block's calls: a call
+ * that synchronises, another kernel on the stream, a launch on another
+ * stream, before several calls of the first stack's second block.  The
+ * block is learned every time: from the first stack where the foreign call
+ * came on another stream or synchronised (noted, not a break), else from the
+ * second stack; nothing falls back and nothing warns.
+ */
+START_TEST(learning_survives_foreign_calls)
+{
+    T_NEEDS_KERNELS();
+    static const enum fw_insert what[] = {FW_INSERT_STREAM_SYNC, FW_INSERT_KERNEL, FW_INSERT_OTHER_STREAM};
+    static const int at[] = {0, 7, 23, 41};
+    for (size_t w = 0; w < H3_ARRAY_LEN_T(what); w++)
+        for (size_t p = 0; p < H3_ARRAY_LEN_T(at); p++) {
+            /* The second block begins at replay call 36 + 42. */
+            t_run.opts = (struct fw_replay_opts){36 + T_BLOCK + at[p], what[w], 0, 0, 0};
+            char tag[64];
+            snprintf(tag, sizeof(tag), "learning-%s-%d", t_insert_names[what[w]], at[p]);
+            char *stats = learning_run(tag, T_REPLAY_FREES_CASTS, false);
+            ck_assert_msg(strstr(stats, "learn: 1 groups learned") != NULL, "%s:\n%s", tag, tail_of(stats));
+            long complete = stat_after(stats, "block-learned-1-42calls-n1797: ");
+            ck_assert_msg(complete >= 3, "%s: %ld blocks fused after learning\n%s", tag, complete, tail_of(stats));
+            ck_assert_msg(strstr(stats, "WARN") == NULL && strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
+            free(stats);
+        }
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
+}
+END_TEST
+
+/* Two threads replaying the block at once, each on its own stream: the
+ * group is learned once (the second thread's is the first's, and matches
+ * it), and both threads' later blocks are fused. */
+START_TEST(two_threads_learn_the_block_once)
+{
+    T_NEEDS_KERNELS();
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    t_run.threads = 2;
+    char *none = t_path("no-signatures");
+    ck_assert(mkdir(none, 0777) == 0 || errno == EEXIST);
+    t_run.sigs = none;
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    char *stats;
+    char *log = replay_with("learning-threads", env, &stats);
+    t_run.sigs = NULL, t_run.threads = 0, t_run.replay = NULL;
+    for (int i = 0; i < 2; i++) {
+        char *got = execs_on(log, i == 0 ? 0x1000 : 0x2000);
+        ck_assert_uint_gt(count_lines_starting(got, "exec "), 0);
+        free(got);
+    }
+    ck_assert_msg(strstr(stats, "learn: 1 groups learned, 0 refused") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(stat_after(stats, "block-learned-1-42calls-n1797: ") >= 6, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "2 threads looked") != NULL, "%s", tail_of(stats));
+    free(stats), free(log), free(none);
+}
+END_TEST
+
+/* Another kernel in the middle of every block (replay_mutate.py middle): the
+ * group is learned but no op takes it (qk_norm_rope plans nothing there), so
+ * nothing is fused and everything executes as without the shim. */
+START_TEST(a_mutated_block_is_learned_not_fused)
+{
+    T_NEEDS_KERNELS();
+    char *stats = learning_run("mutated", T_REPLAY_MUTATED, true);
+    ck_assert_msg(strstr(stats, "learn: 0 groups learned, 1 refused") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "a group of 44 calls: not the H3 block (qk_norm_rope plans nothing in it)") != NULL,
+                  "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "groups run (0 calls)") != NULL && strstr(stats, "engine: 0 launches deferred") != NULL,
+                  "%s", tail_of(stats));
+    free(stats);
+}
+END_TEST
+
+/* Another model's stream (the foreign replay, whose group is refused):
+ * bounded memory (one learner of fixed size for the one thread).  With
+ * learning off and no signature, nothing is learned or matched. */
+START_TEST(learning_is_bounded_and_switched_off)
+{
+    char *stats = learning_run("learn-foreign", T_REPLAY_FOREIGN, true);
+    ck_assert_msg(strstr(stats, "1 threads looked (545000 bytes each)") != NULL, "%s", tail_of(stats));
+    free(stats);
+    static const char *const off[] = {"H3SHIM_OPS=all", "H3SHIM_LEARN=0", NULL};
+    char *none = t_path("no-signatures");
+    t_run.sigs = none;
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    char *log = replay_with("learn-off", off, &stats);
+    t_run.sigs = NULL, t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "learn:") == NULL, "%s", tail_of(stats));
+    /* With no signature and no learning every call is passed through at the first look. */
+    ck_assert_msg(stat_after(stats, "passthrough  no_signatures") == 516, "%s", tail_of(stats));
+    free(stats), free(log), free(none);
+}
+END_TEST
+
 /* The lines of `log` between the n-th and the (n+1)-th line starting with `prefix` (1-based). */
 static char *lines_between(const char *log, const char *prefix, int n)
 {
@@ -2570,6 +2687,10 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, all_ops_share_the_block);
     tcase_add_test(ops, the_serving_modes_blocks_fuse_and_keep_every_cast);
     tcase_add_test(ops, the_block_is_learned_from_its_first_instances);
+    tcase_add_test(ops, learning_survives_foreign_calls);
+    tcase_add_test(ops, two_threads_learn_the_block_once);
+    tcase_add_test(ops, a_mutated_block_is_learned_not_fused);
+    tcase_add_test(ops, learning_is_bounded_and_switched_off);
     tcase_add_test(ops, planners_survive_mutated_signatures);
     tcase_add_test(ops, ops_leave_out_what_the_allocator_freed);
     tcase_add_test(ops, frees_before_a_launch_or_switched_off_leave_nothing_out);

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Makes a replay file (scripts/trace_replay.py's output) of the H3 block
+with a mutation in every block, as a user's variant of the block would have:
+
+  middle   the 10th call from each norm that feeds a GEMM through three
+           casts (norm1: inside the q and k norms and RoPE; norm2: before the
+           second residual) made twice in a row: another kernel in the middle
+           of what the ops take, twice in every block
+
+    python3 tests/tools/replay_mutate.py WHAT IN OUT
+"""
+import sys
+
+
+def calls(lines):
+    """The indices of the lines that are calls (the frees, F lines, are not)."""
+    return [i for i, line in enumerate(lines) if not line.startswith("F ")]
+
+
+def block_starts(lines, at):
+    """The positions in `at` where a block begins: norm1 (a layer_norm launch), the three casts, to_qkv's GEMM."""
+    return [k for k in range(len(at) - 4)
+            if lines[at[k]].startswith("L ") and "vectorized_layer_norm_kernel" in lines[at[k]].split(" ")[1]
+            and all("float16_copy_kernel_cuda" in lines[at[k + j]] for j in (1, 2, 3))
+            and lines[at[k + 4]].startswith("M ")]
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] != "middle":
+        sys.stderr.write(__doc__)
+        return 2
+    lines = open(sys.argv[2]).read().splitlines()
+    at = calls(lines)
+    starts = set(at[k + 9] for k in block_starts(lines, at) if k + 9 < len(at))
+    if not starts:
+        sys.stderr.write("replay_mutate.py: no block found\n")
+        return 2
+    out = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        if i in starts:
+            out.append(line)
+    open(sys.argv[3], "w").write("\n".join(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
