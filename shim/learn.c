@@ -941,6 +941,22 @@ static bool h3_learn_word_masked(const struct h3_learn_pos *pos, uint32_t p, siz
     return false;
 }
 
+/* A slot's REF and the end of its line. */
+static void h3_learn_print_ref(FILE *f, const struct h3_learn_group *g, const struct h3_learn_slot *s)
+{
+    if (s->ref == -2) {
+        fputs("null\n", f);
+    } else if (s->ref == -1) {
+        fputs("first\n", f);
+    } else {
+        const struct h3_learn_slot *r = &g->slots[s->ref];
+        fprintf(f, "@%u.%u", r->call, (unsigned)(s->ref - (int)g->pos[r->call].first_slot));
+        if (s->delta != 0)
+            fprintf(f, "%+lld", (long long)s->delta);
+        fputc('\n', f);
+    }
+}
+
 /* A launch's lines: slots and bytes in (parameter, offset) order, bytes first. */
 static void h3_learn_print_launch(FILE *f, const struct h3_learn_group *g, const struct h3_learn_pos *pos)
 {
@@ -976,17 +992,7 @@ static void h3_learn_print_launch(FILE *f, const struct h3_learn_group *g, const
                     if (s->param != p || s->offset != b)
                         continue;
                     fprintf(f, "  slot %u %u %zu ", i - pos->first_slot, p, b);
-                    if (s->ref == -2)
-                        fputs("null\n", f);
-                    else if (s->ref == -1)
-                        fputs("first\n", f);
-                    else {
-                        const struct h3_learn_slot *r = &g->slots[s->ref];
-                        fprintf(f, "@%u.%u", r->call, (unsigned)(s->ref - (int)g->pos[r->call].first_slot));
-                        if (s->delta != 0)
-                            fprintf(f, "%+lld", (long long)s->delta);
-                        fputc('\n', f);
-                    }
+                    h3_learn_print_ref(f, g, s);
                 }
                 b += 8;
                 continue;
@@ -1014,17 +1020,7 @@ static void h3_learn_print_slots(FILE *f, const struct h3_learn_group *g, const 
             fprintf(f, "  slot %u %s 0 ", i - pos->first_slot, h3_sig_operands[s->param]);
         else
             fprintf(f, "  slot %u uid:%lld 0 ", i - pos->first_slot, (long long)s->uid);
-        if (s->ref == -2)
-            fputs("null\n", f);
-        else if (s->ref == -1)
-            fputs("first\n", f);
-        else {
-            const struct h3_learn_slot *r = &g->slots[s->ref];
-            fprintf(f, "@%u.%u", r->call, (unsigned)(s->ref - (int)g->pos[r->call].first_slot));
-            if (s->delta != 0)
-                fprintf(f, "%+lld", (long long)s->delta);
-            fputc('\n', f);
-        }
+        h3_learn_print_ref(f, g, s);
     }
 }
 
