@@ -662,7 +662,14 @@ static void h3_learn_mask_unused(const struct h3_learn_group *g, struct h3_learn
             bool overlaps = false;
             for (unsigned i = before; i < pos->nunused; i++)
                 overlaps |= pos->unused[i].a < size && last < pos->unused[i].b;
-            if (differs && !overlaps)
+            /* In one process the host address there is the same in every
+             * instance of a thread, until a capture or another code path
+             * moves it (record_signature.py sees it differ between
+             * processes): a value that is no pointer slot and looks like a
+             * host address (above 16 MiB) is masked too. */
+            uint64_t word = h3_learn_word(data + last);
+            bool host = word >= (16ull << 20) && !h3_learn_is_slot(g, pos, p, last);
+            if ((differs || host) && !overlaps)
                 h3_learn_unused(pos, p, last, size);
         }
     }
