@@ -666,9 +666,11 @@ static void h3_learn_mask_unused(const struct h3_learn_group *g, struct h3_learn
              * instance of a thread, until a capture or another code path
              * moves it (record_signature.py sees it differ between
              * processes): a value that is no pointer slot and looks like a
-             * host address (above 16 MiB) is masked too. */
+             * host address (16 MiB to the top of user space, where no double
+             * but a tiny one lies) is masked too.  A call no op replaces is
+             * issued with its own bytes whatever the signature compares. */
             uint64_t word = h3_learn_word(data + last);
-            bool host = word >= (16ull << 20) && !h3_learn_is_slot(g, pos, p, last);
+            bool host = word >= (16ull << 20) && word < H3_LEARN_HOST_HIGH && !h3_learn_is_slot(g, pos, p, last);
             if ((differs || host) && !overlaps)
                 h3_learn_unused(pos, p, last, size);
         }
