@@ -121,6 +121,10 @@ $(B)/tests/h3-block3-frees-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/re
 $(B)/tests/h3-block3-mutated-middle.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py middle $< $@
 ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-middle.txt
+# A stream that never repeats (the learner keeps it in its fixed memory and learns nothing).
+$(B)/tests/unique-replay.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py unique $< $@
+ALIAS_REPLAYS += $(B)/tests/unique-replay.txt
 ALIAS_REPLAYS += $(B)/tests/h3-block3-frees-after.txt $(B)/tests/h3-block3-frees-before.txt $(B)/tests/h3-block3-frees-cpu.txt \
                  $(B)/tests/h3-block3-frees-casts.txt $(B)/tests/h3-block3-frees-moved.txt \
                  $(B)/tests/h3-block3-frees-moved-kept.txt $(B)/tests/h3-block3-frees-swiglu-moved.txt \

@@ -6,6 +6,8 @@ with a mutation in every block, as a user's variant of the block would have:
            casts (norm1: inside the q and k norms and RoPE; norm2: before the
            second residual) made twice in a row: another kernel in the middle
            of what the ops take, twice in every block
+  unique   3000 launches of the block's first kernel, each with a grid of
+           its own: a stream in which no run of calls ever repeats
 
     python3 tests/tools/replay_mutate.py WHAT IN OUT
 """
@@ -26,10 +28,15 @@ def block_starts(lines, at):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] != "middle":
+    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "unique"):
         sys.stderr.write(__doc__)
         return 2
     lines = open(sys.argv[2]).read().splitlines()
+    if sys.argv[1] == "unique":
+        first = next(line for line in lines if line.startswith("L ")).split(" ")
+        out = [" ".join(first[:2] + [str(1000 + i)] + first[3:]) for i in range(3000)]
+        open(sys.argv[3], "w").write("\n".join(out) + "\n")
+        return 0
     at = calls(lines)
     starts = set(at[k + 9] for k in block_starts(lines, at) if k + 9 < len(at))
     if not starts:

@@ -34,6 +34,7 @@
 #define T_REPLAY_SWIGLU_MOVED "build/tests/h3-block3-frees-swiglu-moved.txt"
 #define T_REPLAY_GEMM_MOVED "build/tests/h3-block3-frees-gemm-moved.txt"
 #define T_REPLAY_MUTATED "build/tests/h3-block3-mutated-middle.txt"
+#define T_REPLAY_UNIQUE "build/tests/unique-replay.txt"
 #define T_MOVED_TO 0x7e0000000000ull /* replay_frees.py's MOVED_TO */
 #define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
 #define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
@@ -2368,13 +2369,16 @@ START_TEST(a_mutated_block_is_learned_not_fused)
 }
 END_TEST
 
-/* Another model's stream (the foreign replay, whose group is refused):
- * bounded memory (one learner of fixed size for the one thread).  With
+/* A stream in which no run of calls repeats: every call is kept in the
+ * learner's fixed memory (one learner for the one thread), nothing is
+ * learned or refused, and every call executes as without the shim.  With
  * learning off and no signature, nothing is learned or matched. */
 START_TEST(learning_is_bounded_and_switched_off)
 {
-    char *stats = learning_run("learn-foreign", T_REPLAY_FOREIGN, true);
+    char *stats = learning_run("learn-unique", T_REPLAY_UNIQUE, true);
+    ck_assert_msg(strstr(stats, "learn: 0 groups learned, 0 refused") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "1 threads looked (545000 bytes each)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "learn: 3000 calls kept, 0 not kept") != NULL, "%s", tail_of(stats));
     free(stats);
     static const char *const off[] = {"H3SHIM_OPS=all", "H3SHIM_LEARN=0", NULL};
     char *none = t_path("no-signatures");
