@@ -134,11 +134,14 @@ static struct {
 static uint64_t h3_learn_bodies[H3_LEARN_MAX_LEARNED]; /* hashes of the learned texts, under the lock */
 static unsigned h3_learn_nbodies;
 
+static void h3_learn_flush_pending(void);
+
 static void h3_learner_free(void *arg)
 {
     struct h3_learner *l = arg;
     h3_learner_tls = NULL;
     h3_learner_failed = true; /* a call after the key's destructor makes no new one */
+    h3_learn_flush_pending();
     if (l != NULL)
         free(l->bytes);
     free(l);
@@ -186,9 +189,20 @@ static struct h3_learner *h3_learner_get(void)
 
 /* ---- identities ---- */
 
-static uint64_t h3_learn_mix(uint64_t h, uint64_t v)
+/* One word into a hash (a multiply and a shift: identities are made at
+ * every call the learner keeps, so byte-wise FNV's 48 multiplies a launch
+ * would be most of its cost). */
+static inline uint64_t h3_learn_mix(uint64_t h, uint64_t v)
 {
-    return h3_hash(h, &v, sizeof(v));
+    h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+static uint64_t h3_learn_mix_words(uint64_t h, const int64_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = h3_learn_mix(h, (uint64_t)v[i]);
+    return h;
 }
 
 /* Whether a cuBLASLt call's description is complete enough to learn. */
@@ -209,23 +223,23 @@ static uint64_t h3_learn_identity(const struct h3_call *c)
             strcmp(c->kernel->name, "?") == 0)
             return 0;
         h = h3_learn_mix(h, (uint64_t)(uintptr_t)c->kernel);
-        h = h3_hash(h, c->grid, sizeof(c->grid));
-        h = h3_hash(h, c->block, sizeof(c->block));
-        h = h3_learn_mix(h, c->shmem);
-        return h3_learn_mix(h, c->nparams) | 1;
+        h = h3_learn_mix(h, (uint64_t)c->grid[0] | (uint64_t)c->grid[1] << 32);
+        h = h3_learn_mix(h, (uint64_t)c->grid[2] | (uint64_t)c->block[0] << 32);
+        h = h3_learn_mix(h, (uint64_t)c->block[1] | (uint64_t)c->block[2] << 32);
+        return h3_learn_mix(h, (uint64_t)c->shmem | (uint64_t)c->nparams << 32) | 1;
     }
     if (c->fn == H3_FN_cublasLtMatmul) {
         if (!h3_learn_lt_known(c))
             return 0;
         int64_t desc[H3_SIG_DESC_KEYS], algo[H3_SIG_ALGO_KEYS];
         h3_match_lt_values(&c->u.lt, desc, algo);
-        return h3_hash(h3_learn_mix(h, 2), desc, sizeof(desc)) | 1;
+        return h3_learn_mix_words(h3_learn_mix(h, 2), desc, H3_SIG_DESC_KEYS) | 1;
     }
     if (c->fn == H3_FN_cudnnBackendExecute) {
         const struct h3_cudnn_desc *d = &c->u.dnn;
         if (!d->known || d->count <= 0 || d->count > H3_CUDNN_MAX_TENSORS)
             return 0;
-        return h3_hash(h3_learn_mix(h, 3), d->uids, (size_t)d->count * sizeof(int64_t)) | 1;
+        return h3_learn_mix_words(h3_learn_mix(h, 3), d->uids, (size_t)d->count) | 1;
     }
     return 0; /* cuBLAS's own GEMMs: format 1 cannot describe them */
 }
@@ -278,18 +292,34 @@ static enum h3_learn_skip h3_learn_skip_of(const struct h3_call *c)
 }
 
 /* Calls the learner could not keep, or that a signature took: no group runs across them. */
+/* Calls not kept, counted per thread and added to the process's counts
+ * every 256 (a shared counter would be a cache line every matched call
+ * writes), and when the thread's learner goes or the stats are printed. */
+static __thread uint32_t h3_learn_pending[H3_SKIPS];
+
+static void h3_learn_flush_pending(void)
+{
+    for (unsigned i = 0; i < H3_SKIPS; i++) {
+        atomic_fetch_add_explicit(&h3_learn_counts.skipped[i], h3_learn_pending[i], memory_order_relaxed);
+        h3_learn_pending[i] = 0;
+    }
+}
+
 static void h3_learn_break(enum h3_learn_skip why)
 {
+    if (++h3_learn_pending[why] == 256) {
+        atomic_fetch_add_explicit(&h3_learn_counts.skipped[why], h3_learn_pending[why], memory_order_relaxed);
+        h3_learn_pending[why] = 0;
+    }
     struct h3_learner *l = h3_learner_tls;
-    atomic_fetch_add_explicit(&h3_learn_counts.skipped[why], 1, memory_order_relaxed);
     if (l != NULL)
         l->gap = true;
 }
 
 static uint64_t h3_learn_gemm_key(int64_t transa, int64_t m, int64_t n, int64_t k)
 {
-    int64_t v[4] = {transa, m, n, k};
-    return h3_hash(h3_learn_mix(H3_HASH_SEED, 4), v, sizeof(v)) | 1;
+    const int64_t v[4] = {transa, m, n, k};
+    return h3_learn_mix_words(h3_learn_mix(H3_HASH_SEED, 4), v, 4) | 1;
 }
 
 bool h3_learn_wants_gemm(int32_t transa, int64_t m, int64_t n, int64_t k)
@@ -1462,6 +1492,7 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
 {
     if (!h3_hot.learn_on)
         return;
+    h3_learn_flush_pending(); /* this thread's; a thread still running keeps up to 255 of each */
     unsigned threads = atomic_load(&h3_learn_counts.threads);
     line("learn: %u groups learned, %u refused (%lu calls back on the idle path); %u threads looked "
          "(%zu bytes each), %u stopped looking",
