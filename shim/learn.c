@@ -40,8 +40,6 @@
 /* Parameter bytes kept per thread, and the most one call may have. */
 #define H3_LEARN_BYTES (256u << 10)
 #define H3_LEARN_CALL_BYTES 8192u
-/* Calls a thread makes without any repetition before it stops looking. */
-#define H3_LEARN_PATIENCE (1u << 20)
 /* Groups learned per process: published, and refused by every planner. */
 #define H3_LEARN_MAX_LEARNED 24
 /* Signatures in all, committed and learned: what every thread's matcher holds. */
@@ -105,7 +103,6 @@ struct h3_learner {
     uint64_t since_repeat; /* calls since a period last reached two instances */
     bool gap;              /* calls the learner did not keep came since the last one */
     bool synced;           /* a call that submits work or synchronises came since the last one */
-    bool stopped;
 };
 
 static __thread struct h3_learner *h3_learner_tls;
@@ -159,8 +156,7 @@ bool h3_learn_on(void)
 
 bool h3_learn_looking(void)
 {
-    const struct h3_learner *l = h3_learner_tls;
-    return h3_hot.learn_on && !h3_learner_failed && (l == NULL || !l->stopped) &&
+    return h3_hot.learn_on && !h3_learner_failed &&
            !atomic_load_explicit(&h3_learn_closed, memory_order_relaxed);
 }
 
@@ -170,7 +166,7 @@ static struct h3_learner *h3_learner_get(void)
 {
     struct h3_learner *l = h3_learner_tls;
     if (l != NULL || h3_learner_failed)
-        return l != NULL && !l->stopped ? l : NULL;
+        return l;
     pthread_once(&h3_learn_key_once, h3_learn_key_make);
     l = calloc(1, sizeof(*l));
     if (l != NULL && (l->bytes = malloc(H3_LEARN_BYTES)) == NULL) {
@@ -271,8 +267,7 @@ bool h3_learn_wants(const struct h3_call *c)
 {
     if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC || atomic_load_explicit(&h3_learn_closed, memory_order_relaxed))
         return false;
-    struct h3_learner *l = h3_learner_tls;
-    if (l != NULL && l->stopped)
+    if (h3_learner_failed) /* stopped looking, or out of memory: idle */
         return false;
     uint64_t id = h3_learn_identity(c);
     if (id != 0 && !h3_learn_refused(id))
@@ -330,7 +325,7 @@ bool h3_learn_wants_gemm(int32_t transa, int64_t m, int64_t n, int64_t k)
 void h3_learn_sync(void)
 {
     struct h3_learner *l = h3_learner_tls;
-    if (l != NULL && !l->stopped) {
+    if (l != NULL) {
         l->synced = true;
         atomic_fetch_add_explicit(&h3_learn_counts.synced, 1, memory_order_relaxed);
     }
@@ -1455,7 +1450,8 @@ static void h3_learn_push(struct h3_learner *l, const struct h3_call *c, uint64_
 
 void h3_learn_observe(const struct h3_call *c)
 {
-    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC || atomic_load_explicit(&h3_learn_closed, memory_order_relaxed))
+    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC || h3_learner_failed ||
+        atomic_load_explicit(&h3_learn_closed, memory_order_relaxed))
         return;
     /* A call that continues an attempt is a signature's (kept out: the
      * signature covers it); one that only begins one is kept, since the
@@ -1480,9 +1476,10 @@ void h3_learn_observe(const struct h3_call *c)
     }
     h3_learn_push(l, c, id);
     atomic_fetch_add_explicit(&h3_learn_counts.kept, 1, memory_order_relaxed);
-    if (++l->since_repeat > H3_LEARN_PATIENCE) {
+    if (++l->since_repeat > (uint64_t)h3_config.learn_patience) {
         atomic_fetch_add(&h3_learn_counts.stopped, 1);
-        H3_INFO(H3_SUB_HOOK, "no group repeated in %u calls: this thread stops looking", H3_LEARN_PATIENCE);
+        H3_INFO(H3_SUB_HOOK, "no group repeated in %lld calls: this thread stops looking",
+                (long long)h3_config.learn_patience);
         pthread_setspecific(h3_learn_key, NULL);
         h3_learner_free(l); /* its memory goes back now; the thread makes no other */
     }

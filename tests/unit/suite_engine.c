@@ -2371,14 +2371,24 @@ END_TEST
 
 /* A stream in which no run of calls repeats: every call is kept in the
  * learner's fixed memory (one learner for the one thread), nothing is
- * learned or refused, and every call executes as without the shim.  With
- * learning off and no signature, nothing is learned or matched. */
+ * learned or refused, and every call executes as without the shim; a
+ * thread out of patience stops looking.  With learning off and no
+ * signature, nothing is learned or matched. */
 START_TEST(learning_is_bounded_and_switched_off)
 {
     char *stats = learning_run("learn-unique", T_REPLAY_UNIQUE, true);
     ck_assert_msg(strstr(stats, "learn: 0 groups learned, 0 refused") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "1 threads looked (545000 bytes each)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "learn: 3000 calls kept, 0 not kept") != NULL, "%s", tail_of(stats));
+    free(stats);
+    /* With less patience the thread stops looking after 1000 calls, gives
+     * its learner back, and its later calls take the idle path. */
+    setenv("H3SHIM_LEARN_PATIENCE", "1000", 1);
+    stats = learning_run("learn-patience", T_REPLAY_UNIQUE, true);
+    unsetenv("H3SHIM_LEARN_PATIENCE");
+    ck_assert_msg(strstr(stats, "0 stopped looking") == NULL && strstr(stats, "1 stopped looking") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_msg(stat_after(stats, "passthrough  idle") >= 1999, "%s", tail_of(stats));
     free(stats);
     static const char *const off[] = {"H3SHIM_OPS=all", "H3SHIM_LEARN=0", NULL};
     char *none = t_path("no-signatures");
