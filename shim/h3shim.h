@@ -372,6 +372,7 @@ struct h3_call {
     uint32_t op_calls;              /* the calls the ops replaced */
     const char *op_fallback;        /* why an op of this group could not run */
     const char *op_how;             /* how an op with more than one exact way ran (h3_op_note) */
+    const char *learned;            /* the group this call made the learner learn (its signature's), or NULL */
     uint32_t op_left_out;           /* outputs the ops left out: the allocator had freed them (ops.c) */
     uint64_t op_left_out_bytes;
     union {
@@ -575,7 +576,7 @@ bool h3_learn_wants_gemm(int32_t transa, int64_t m, int64_t n, int64_t k);
 void h3_learn_sync(void);
 /* Keeps a matched call, and learns a group when the call completes its
  * third instance in a row. */
-void h3_learn_observe(const struct h3_call *c);
+void h3_learn_observe(struct h3_call *c);
 void h3_learn_print_stats(void (*line)(const char *fmt, ...));
 /* A fork child's locks are usable again. */
 void h3_learn_after_fork_child(void);

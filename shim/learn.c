@@ -107,6 +107,8 @@ struct h3_learner {
 
 static __thread struct h3_learner *h3_learner_tls;
 static __thread bool h3_learner_failed;
+/* The group the learner published at this thread's current call, for its trace record. */
+static __thread const char *h3_learn_just;
 static pthread_key_t h3_learn_key;
 static pthread_once_t h3_learn_key_once = PTHREAD_ONCE_INIT;
 
@@ -1284,6 +1286,7 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
         if (sig != NULL)
             h3_sig_free(sig);
     } else if (published) {
+        h3_learn_just = sig->group; /* kept for the process, as the signature is */
         H3_INFO(H3_SUB_HOOK, "learned signature %s: %u calls, from this thread's kept calls %llu to %llu", group,
                 period, (unsigned long long)start, (unsigned long long)(start + (uint64_t)H3_LEARN_INSTANCES * period - 1));
         h3_learn_record(text, len, group);
@@ -1448,7 +1451,7 @@ static void h3_learn_push(struct h3_learner *l, const struct h3_call *c, uint64_
     h3_learn_follow(l, at);
 }
 
-void h3_learn_observe(const struct h3_call *c)
+void h3_learn_observe(struct h3_call *c)
 {
     if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC || h3_learner_failed ||
         atomic_load_explicit(&h3_learn_closed, memory_order_relaxed))
@@ -1475,6 +1478,8 @@ void h3_learn_observe(const struct h3_call *c)
         h3_learn_push(l, NULL, 0);
     }
     h3_learn_push(l, c, id);
+    c->learned = h3_learn_just;
+    h3_learn_just = NULL;
     atomic_fetch_add_explicit(&h3_learn_counts.kept, 1, memory_order_relaxed);
     if (++l->since_repeat > (uint64_t)h3_config.learn_patience) {
         atomic_fetch_add(&h3_learn_counts.stopped, 1);

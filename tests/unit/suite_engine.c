@@ -2249,8 +2249,19 @@ START_TEST(the_block_is_learned_from_its_first_instances)
     t_run.sigs = none;
     char *stats;
     char *log = replay_with("learned", env, &stats);
+    /* Traced, the same replay names the call the group was learned at: once. */
+    t_run.trace = t_path("learned.jsonl");
+    char *traced_stats;
+    free(replay_with("learned-traced", env, &traced_stats));
+    free(traced_stats);
+    char *trace = t_read_file(t_run.trace, NULL);
+    t_run.trace = NULL;
     t_run.sigs = NULL;
     t_run.replay = NULL;
+    ck_assert(trace != NULL);
+    const char *at = strstr(trace, "\"learned\":\"block-learned-1-42calls-n1797\"");
+    ck_assert_msg(at != NULL && strstr(at + 1, "\"learned\":") == NULL, "the trace names the learning call not once");
+    free(trace);
     ck_assert_msg(strstr(stats, "learn: 1 groups learned, 0 refused") != NULL, "%s", tail_of(stats));
     static const char *const runs[] = {"op norm_cast    6 groups run (12 calls)", "op residual_norm 12 groups run",
                                        "op qk_norm_rope 6 groups run (108 calls)", "op swiglu       6 groups run",
