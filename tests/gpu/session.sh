@@ -47,6 +47,7 @@
 #              learn-inference the same in inference mode; learn-quick on the
 #              quick latent (1-2 min); learn-variants robust.py's variants and
 #              workloads with no signature loaded (4-6 min)
+#   validate   tests/gpu/validate.py: the validation command's report (up to 10 min)
 #   variants threads children compiled workloads nccl
 #              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min); each
 #              stops before a round that would outrun its limit and
@@ -178,6 +179,7 @@ for step in "${steps[@]}"; do
                           --tag=-learned ;;
         learn-inference) run learn-inference 420 python3 tests/gpu/full_decode.py --mode inference --arms S,SG,L,LG \
                              --rounds 1 --requests 1 --tag=-inference-learned ;;
+        validate) run validate 590 python3 tests/gpu/validate.py ;;
         learn-variants) # robust.py's variants and workloads with no signature loaded: what is learned, what falls back
             run learn-variants 400 env H3_ROBUST_SIGNATURES="$(mktemp -d)" python3 tests/gpu/robust.py \
                 --items variants,workloads --rounds 1 --deadline 380 --tag=-learned ;;

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """CPU tests of the GPU scripts' own logic (tests/gpu), which decides what the
 evidence says: the decode verdict (shimstats.ops_verdict), robust.py's
---deadline, soundness.py's comparison of its two arms and learn_shapes.py's
-verdict and flow. PyTorch is stubbed; nothing here needs a GPU.
+--deadline, soundness.py's comparison of its two arms, learn_shapes.py's
+verdict and flow, and validate.py's steps and report. PyTorch is stubbed; nothing here needs a GPU.
 
     python3 tests/scripts/test_gpu_scripts.py
 """
@@ -444,6 +444,57 @@ class LearnShapes(unittest.TestCase):
         self.assertEqual(c["learned"], {"groups": 2, "refused": 1})
         self.assertEqual([(g["rows"], g["complete"], g["broken"]) for g in c["learned_signatures"]],
                          [(261, 21, 0), (522, 5, 1)])
+
+
+class Validate(unittest.TestCase):
+    """tests/gpu/validate.py's flow with every subprocess stubbed: the steps in order, each script given the
+    shim, a failing step failing the report, a step over the budget skipped."""
+
+    def setUp(self):
+        import validate
+        self.v = validate
+
+    def run_with(self, failing=(), budget=570):
+        calls = []
+
+        def fake_run(argv, **kw):
+            calls.append(argv)
+            if argv[1].endswith("worker.py"):
+                out = '{"kind": "env", "gpu": "NVIDIA H200", "sm": 90, "driver": "580", "torch": "2.11"}\n'
+                return types.SimpleNamespace(returncode=0, stdout=out, stderr="")
+            if argv[1] == "-c":
+                return types.SimpleNamespace(returncode=0, stdout="3.5\n", stderr="")
+            rc = 1 if any(f in argv[1] for f in failing) else 0
+            return types.SimpleNamespace(returncode=rc, stdout="Result: pass\n", stderr="")
+
+        written = {}
+        with mock.patch.object(self.v.subprocess, "run", fake_run), \
+                mock.patch.object(self.v.os.path, "exists", lambda p: True), \
+                mock.patch.object(self.v.shimstats, "write_evidence",
+                                  lambda gpu, name, doc, lines: written.update(gpu=gpu, name=name, doc=doc,
+                                                                               lines=lines)):
+            rc = self.v.main(["--budget", str(budget)])
+        return rc, calls, written
+
+    def test_every_step_in_order_and_a_pass(self):
+        rc, calls, written = self.run_with()
+        self.assertEqual(rc, 0)
+        names = [s["name"] for s in written["doc"]["steps"]]
+        self.assertEqual(names, [f"kernel-{t}" for t in self.v.KERNEL_TESTS] + ["shapes", "decode", "variants"])
+        scripts = [c for c in calls if c[1].endswith(".py") and not c[1].endswith("worker.py")]
+        self.assertTrue(all("--shim" in c for c in scripts if "test_" not in c[1]))
+        self.assertEqual(written["doc"]["versions"]["triton"], "3.5")
+        self.assertIn("Result: pass", "\n".join(written["lines"]))
+
+    def test_a_failing_kernel_test_fails_the_report(self):
+        rc, _, written = self.run_with(failing=("test_swiglu",))
+        self.assertEqual(rc, 1)
+        self.assertIn("| kernel-swiglu | FAIL (exit 1) |", "\n".join(written["lines"]))
+
+    def test_steps_over_the_budget_are_skipped(self):
+        rc, _, written = self.run_with(budget=150)
+        self.assertEqual(rc, 1)
+        self.assertTrue(all(s.get("skipped") for s in written["doc"]["steps"]))
 
 
 if __name__ == "__main__":

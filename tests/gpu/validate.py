@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""The validation command: the evidence that enabling an op on a GPU asks
+for, produced on the GPU it runs on, as one markdown report and one JSON file.
+
+    python3 tests/gpu/validate.py [--shim build/libh3shim.so] [--budget 570] [--tag SUFFIX]
+
+It runs the project's own GPU scripts in one call, each under its own time
+limit, in this order, and reports each one's result, time and last lines:
+
+  versions     the GPU product, compute capability, driver, CUDA, PyTorch,
+               cuBLASLt and cuDNN (tests/gpu/worker.py env), and Triton's
+               version where it is installed
+  kernel-*     every fused kernel against PyTorch bit for bit over random,
+               special and adversarial inputs (tests/gpu/test_*.py, the fatbin
+               the build made), and weight_cache's following of weight changes
+  shapes       block stacks at production and edge shapes, batches 1 and 2,
+               with no signature loaded: each learned in the process, fused,
+               compared bit for bit with the unobserved stack, GPU time per
+               block against the unfused calls (learn_shapes.py)
+  decode       a complete decode (the quick latent, serving mode) without the
+               shim, with the committed signatures and with learned ones, eager
+               and CUDA graphs, every output's hash against the unshimmed one,
+               every block's ops counted (full_decode.py arms S, SG, L, LG)
+  variants     the H3 variants and contracts that must stay on the reference
+               path or stay exact (batch 2, a smaller tile, bf16, no autocast,
+               grad mode, another eps, forward hooks: robust.py variants)
+
+A step that does not fit in what is left of --budget is reported as skipped.
+Each script writes its own evidence under tests/evidence/ too; this report
+names them. The report is tests/evidence/<date>-<gpu>-validate<TAG>.json and
+.md (copied to $OUT when set). Exit status 0 when every step ran and passed,
+1 otherwise, 2 for a usage error (no shim library).
+
+What the report does not do: an op is enabled on an SM by ops.def's list of
+validated SMs, changed by hand with this report attached; the report does not
+enable anything.
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import shimstats  # noqa: E402  (write_evidence)
+
+KERNEL_TESTS = ("rmsnorm", "residual_rmsnorm", "qk_norm_rope", "swiglu", "weight_cache")
+# (name, seconds it may take at most, argv after python3); the kernel tests first.
+STEPS = ([(f"kernel-{t}", 200, [os.path.join(HERE, f"test_{t}.py"), "--fatbin",
+                                 os.path.join(ROOT, "build", "kernels.fatbin")]) for t in KERNEL_TESTS]
+         + [("shapes", 200, [os.path.join(HERE, "learn_shapes.py"), "--tokens", "261,1029,1797", "--batches", "1,2",
+                             "--pairs", "5", "--evidence", "--tag=-validate"]),
+            ("decode", 240, [os.path.join(HERE, "full_decode.py"), "--latent", "1,24,12,24,24", "--arms", "S,SG,L,LG",
+                             "--rounds", "1", "--tag=-validate"]),
+            ("variants", 200, [os.path.join(HERE, "robust.py"), "--items", "variants", "--rounds", "1",
+                               "--tag=-validate"])])
+
+
+def versions():
+    """The machine's versions: worker.py env's document, and Triton's version (None when not installed)."""
+    out = {}
+    try:
+        p = subprocess.run([sys.executable, os.path.join(HERE, "worker.py"), "env"], capture_output=True, text=True,
+                           timeout=180)
+        docs = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+        out = next((d for d in docs if d.get("kind") == "env"), {"error": p.stderr[-500:]})
+        out.pop("kind", None)
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        out = {"error": str(e)}
+    try:
+        p = subprocess.run([sys.executable, "-c", "import triton; print(triton.__version__)"], capture_output=True,
+                           text=True, timeout=60)
+        out["triton"] = p.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        out["triton"] = None
+    return out
+
+
+def run_step(name, limit, argv, env):
+    """One step: its exit status, seconds and the last lines of its output."""
+    t0 = time.time()
+    try:
+        p = subprocess.run([sys.executable] + argv, capture_output=True, text=True, timeout=limit, env=env, cwd=ROOT)
+        rc, output = p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, output = None, ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes)
+                            else (e.stdout or ""))
+    lines = [ln for ln in output.splitlines() if ln.strip()]
+    return {"name": name, "argv": argv, "rc": rc, "seconds": round(time.time() - t0, 1),
+            "pass": rc == 0, "timed_out": rc is None, "tail": lines[-12:]}
+
+
+def report(doc):
+    """The markdown report."""
+    v = doc["versions"]
+    lines = [f"# Validation of h3shim on {v.get('gpu', '?')}, {doc['date']}", "",
+             f"GPU {v.get('gpu')}, SM {v.get('sm')}, driver {v.get('driver')}, CUDA {v.get('torch_cuda')}, "
+             f"PyTorch {v.get('torch')}, Triton {v.get('triton')}; shim {doc['shim']}.", "",
+             "| step | result | seconds |", "|---|---|---|"]
+    for s in doc["steps"]:
+        result = ("skipped (budget)" if s.get("skipped") else "pass" if s["pass"] else
+                  "timed out" if s.get("timed_out") else f"FAIL (exit {s['rc']})")
+        lines.append(f"| {s['name']} | {result} | {s.get('seconds', '-')} |")
+    for s in doc["steps"]:
+        if s.get("tail"):
+            lines += ["", f"## {s['name']}", "", "```"] + [ln[:300] for ln in s["tail"]] + ["```"]
+    lines += ["", f"Result: {'pass' if doc['pass'] else 'FAIL'}", ""]
+    return lines
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="The validation command: every check an op's enabling asks for.")
+    ap.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"))
+    ap.add_argument("--budget", type=float, default=570, help="seconds for the whole run (default 570)")
+    ap.add_argument("--tag", default="", help="suffix of the report's file names")
+    a = ap.parse_args(argv)
+    if not os.path.exists(a.shim):
+        sys.stderr.write(f"validate.py: no shim library at {a.shim} (run make)\n")
+        return 2
+    start = time.time()
+    doc = {"date": datetime.date.today().isoformat(), "shim": a.shim, "versions": versions(), "steps": []}
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
+    for name, limit, args in STEPS:
+        left = a.budget - (time.time() - start)
+        if left < limit:
+            doc["steps"].append({"name": name, "skipped": True, "pass": False})
+            continue
+        if not name.startswith("kernel-"):  # the scripts that preload the shim get this one
+            args = args + ["--shim", a.shim]
+        doc["steps"].append(run_step(name, limit, args, env))
+    doc["pass"] = all(s["pass"] for s in doc["steps"])
+    shimstats.write_evidence(doc["versions"].get("gpu", "gpu"), f"validate{a.tag}", doc, report(doc))
+    return 0 if doc["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
