@@ -545,20 +545,17 @@ void h3_match_interrupt(void);
  * no signature's first call, a library call no signature begins with (a
  * cuBLASLt GEMM without any signature's shape). */
 bool h3_match_idle(const struct h3_call *c);
-/* Gathers what the loaded signatures begin with, for h3_match_idle; once,
- * from the initialisation, after the signatures are loaded. */
+/* Gathers what the signatures begin with, for h3_match_idle: from the
+ * initialisation, after the signatures are loaded, and again after the
+ * learner added one (under its lock); each thread's matcher takes a new
+ * signature at its next call. */
 void h3_match_setup(void);
-/* A signature was added (learn.c, under its lock): what signatures begin
- * with is gathered again; each thread's matcher takes it at its next call. */
-void h3_match_learned(void);
 /* A cuBLASLt call's description values in h3_sig_desc_keys order, and its
  * algorithm's in h3_sig_algo_keys order. */
 void h3_match_lt_values(const struct h3_lt_desc *lt, int64_t *desc, int64_t *algo);
 
 /* ---- learn.c: learning the groups a thread repeats (H3SHIM_LEARN) ---- */
 
-/* Whether learning is on in this process. */
-bool h3_learn_on(void);
 /* Whether call `c` is one the learner keeps (on, this thread still looking,
  * an identity it can learn and not one of a refused group): such a call is
  * not idle. */

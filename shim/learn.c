@@ -109,6 +109,14 @@ static __thread struct h3_learner *h3_learner_tls;
 static __thread bool h3_learner_failed;
 /* The group the learner published at this thread's current call, for its trace record. */
 static __thread const char *h3_learn_just;
+/* The call h3_learn_wants found an identity for, and that identity: the
+ * same call's h3_learn_observe does not hash it again.  A call h3_learn_wants
+ * says yes to is not idle, so h3_call_decide takes it to h3_learn_observe,
+ * which clears this before any other call of the thread. */
+static __thread struct h3_learn_asked {
+    const struct h3_call *c;
+    uint64_t id;
+} h3_learn_asked;
 static pthread_key_t h3_learn_key;
 static pthread_once_t h3_learn_key_once = PTHREAD_ONCE_INIT;
 
@@ -119,7 +127,9 @@ static atomic_bool h3_learn_closed;
 static atomic_ullong h3_learn_refused_ids[H3_LEARN_REFUSED_IDS];
 /* Why a call was not kept. */
 enum h3_learn_skip { H3_SKIP_TAKEN, H3_SKIP_LAUNCH, H3_SKIP_MATMUL, H3_SKIP_CUDNN, H3_SKIP_OTHER, H3_SKIP_REFUSED,
-                     H3_SKIPS };
+                     H3_SKIPS,
+                     /* and the other per-call counts: */
+                     H3_COUNT_KEPT = H3_SKIPS, H3_COUNT_SYNCED, H3_COUNTS };
 static const char *const h3_learn_skip_names[H3_SKIPS] = {
     "continuing a signature's attempt", "launches without known parameters", "GEMMs without a full description",
     "cuDNN executions without a known variant pack", "other library calls", "of refused groups"};
@@ -127,8 +137,8 @@ static enum h3_learn_skip h3_learn_skip_of(const struct h3_call *c);
 static void h3_learn_break(enum h3_learn_skip why);
 static struct {
     atomic_uint learned, refused, threads, stopped;
-    atomic_ulong refused_calls, kept, synced;
-    atomic_ulong skipped[H3_SKIPS];
+    atomic_ulong refused_calls;
+    atomic_ulong calls[H3_COUNTS]; /* by enum h3_learn_skip: not kept, kept, synchronising */
 } h3_learn_counts;
 static uint64_t h3_learn_bodies[H3_LEARN_MAX_LEARNED]; /* hashes of the learned texts, under the lock */
 static unsigned h3_learn_nbodies;
@@ -149,11 +159,6 @@ static void h3_learner_free(void *arg)
 static void h3_learn_key_make(void)
 {
     pthread_key_create(&h3_learn_key, h3_learner_free);
-}
-
-bool h3_learn_on(void)
-{
-    return h3_hot.learn_on;
 }
 
 bool h3_learn_looking(void)
@@ -272,8 +277,10 @@ bool h3_learn_wants(const struct h3_call *c)
     if (h3_learner_failed) /* stopped looking, or out of memory: idle */
         return false;
     uint64_t id = h3_learn_identity(c);
-    if (id != 0 && !h3_learn_refused(id))
+    if (id != 0 && !h3_learn_refused(id)) {
+        h3_learn_asked = (struct h3_learn_asked){c, id}; /* h3_learn_observe takes it */
         return true;
+    }
     /* Passed by idle, unseen by the learner: no group runs across it. */
     h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
     return false;
@@ -289,25 +296,30 @@ static enum h3_learn_skip h3_learn_skip_of(const struct h3_call *c)
 }
 
 /* Calls the learner could not keep, or that a signature took: no group runs across them. */
-/* Calls not kept, counted per thread and added to the process's counts
- * every 256 (a shared counter would be a cache line every matched call
- * writes), and when the thread's learner goes or the stats are printed. */
-static __thread uint32_t h3_learn_pending[H3_SKIPS];
+/* The per-call counts, kept per thread and added to the process's every
+ * 256 (a shared counter would be a cache line every call writes), and when
+ * the thread's learner goes or the stats are printed. */
+static __thread uint32_t h3_learn_pending[H3_COUNTS];
 
 static void h3_learn_flush_pending(void)
 {
-    for (unsigned i = 0; i < H3_SKIPS; i++) {
-        atomic_fetch_add_explicit(&h3_learn_counts.skipped[i], h3_learn_pending[i], memory_order_relaxed);
+    for (unsigned i = 0; i < H3_COUNTS; i++) {
+        atomic_fetch_add_explicit(&h3_learn_counts.calls[i], h3_learn_pending[i], memory_order_relaxed);
         h3_learn_pending[i] = 0;
+    }
+}
+
+static void h3_learn_count(unsigned what)
+{
+    if (++h3_learn_pending[what] == 256) {
+        atomic_fetch_add_explicit(&h3_learn_counts.calls[what], h3_learn_pending[what], memory_order_relaxed);
+        h3_learn_pending[what] = 0;
     }
 }
 
 static void h3_learn_break(enum h3_learn_skip why)
 {
-    if (++h3_learn_pending[why] == 256) {
-        atomic_fetch_add_explicit(&h3_learn_counts.skipped[why], h3_learn_pending[why], memory_order_relaxed);
-        h3_learn_pending[why] = 0;
-    }
+    h3_learn_count(why);
     struct h3_learner *l = h3_learner_tls;
     if (l != NULL)
         l->gap = true;
@@ -329,7 +341,7 @@ void h3_learn_sync(void)
     struct h3_learner *l = h3_learner_tls;
     if (l != NULL) {
         l->synced = true;
-        atomic_fetch_add_explicit(&h3_learn_counts.synced, 1, memory_order_relaxed);
+        h3_learn_count(H3_COUNT_SYNCED);
     }
 }
 
@@ -1275,7 +1287,7 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
             why = "too many signatures";
         else {
             published = true;
-            h3_match_learned();
+            h3_match_setup(); /* what the signatures begin with, again */
             h3_learn_bodies[h3_learn_nbodies++] = hash;
             atomic_fetch_add(&h3_learn_counts.learned, 1);
         }
@@ -1453,6 +1465,8 @@ static void h3_learn_push(struct h3_learner *l, const struct h3_call *c, uint64_
 
 void h3_learn_observe(struct h3_call *c)
 {
+    const uint64_t asked = h3_learn_asked.c == c ? h3_learn_asked.id : 0;
+    h3_learn_asked.c = NULL;
     if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC || h3_learner_failed ||
         atomic_load_explicit(&h3_learn_closed, memory_order_relaxed))
         return;
@@ -1465,7 +1479,7 @@ void h3_learn_observe(struct h3_call *c)
         h3_learn_break(H3_SKIP_TAKEN);
         return;
     }
-    uint64_t id = h3_learn_identity(c);
+    uint64_t id = asked != 0 ? asked : h3_learn_identity(c);
     if (id == 0 || h3_learn_refused(id)) {
         h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
         return;
@@ -1480,7 +1494,7 @@ void h3_learn_observe(struct h3_call *c)
     h3_learn_push(l, c, id);
     c->learned = h3_learn_just;
     h3_learn_just = NULL;
-    atomic_fetch_add_explicit(&h3_learn_counts.kept, 1, memory_order_relaxed);
+    h3_learn_count(H3_COUNT_KEPT);
     if (++l->since_repeat > (uint64_t)h3_config.learn_patience) {
         atomic_fetch_add(&h3_learn_counts.stopped, 1);
         H3_INFO(H3_SUB_HOOK, "no group repeated in %lld calls: this thread stops looking",
@@ -1503,12 +1517,12 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
          sizeof(struct h3_learner) + (size_t)H3_LEARN_BYTES, atomic_load(&h3_learn_counts.stopped));
     unsigned long skipped = 0;
     for (unsigned i = 0; i < H3_SKIPS; i++)
-        skipped += atomic_load(&h3_learn_counts.skipped[i]);
-    line("learn: %lu calls kept, %lu not kept, %lu calls that synchronise between them", atomic_load(&h3_learn_counts.kept),
-         skipped, atomic_load(&h3_learn_counts.synced));
+        skipped += atomic_load(&h3_learn_counts.calls[i]);
+    line("learn: %lu calls kept, %lu not kept, %lu calls that synchronise between them",
+         atomic_load(&h3_learn_counts.calls[H3_COUNT_KEPT]), skipped, atomic_load(&h3_learn_counts.calls[H3_COUNT_SYNCED]));
     for (unsigned i = 0; i < H3_SKIPS; i++)
-        if (atomic_load(&h3_learn_counts.skipped[i]) != 0)
-            line("learn: not kept: %lu %s", atomic_load(&h3_learn_counts.skipped[i]), h3_learn_skip_names[i]);
+        if (atomic_load(&h3_learn_counts.calls[i]) != 0)
+            line("learn: not kept: %lu %s", atomic_load(&h3_learn_counts.calls[i]), h3_learn_skip_names[i]);
     for (unsigned i = 0; i < h3_learn_nrefusals; i++)
         line("learn: refused %u times, a group of %u calls: %s", h3_learn_refusals[i].times,
              h3_learn_refusals[i].period, h3_learn_refusals[i].why);

@@ -436,11 +436,6 @@ void h3_match_setup(void)
     atomic_store(&h3_match_firsts.all, all);
 }
 
-void h3_match_learned(void)
-{
-    h3_match_setup();
-}
-
 bool h3_match_idle(const struct h3_call *c)
 {
     if (c->kind == H3_KIND_LAUNCH) {
