@@ -200,8 +200,10 @@ class Plan:
         """Latent shape of every ViT call's input tile: [B, 24, tt, th, tw] (tt = 7 by default)."""
         return (self.latent[0], LATENT_CHANNELS, self.tile_t, self.tile_h, self.tile_w)
 
-    def summary(self):
-        """Returns the plan as a JSON-ready dict (with "tile_times" only where a chunk has several tiles)."""
+    def summary(self, tile_batch=1):
+        """Returns the plan as a JSON-ready dict (with "tile_times" only where a chunk has several tiles);
+        with tile_batch N the tiles of a chunk go N to a ViT call, so the calls are counted so."""
+        calls = len(self.chunks) * -(-len(self.times) * self.spatial_tiles // tile_batch)
         s = {
             "latent": list(self.latent),
             "blocks": self.blocks,
@@ -212,8 +214,9 @@ class Plan:
             "tile_cols": list(self.cols),
             "tile_latent": [self.tile_t, self.tile_h, self.tile_w],
             "tokens_per_call": self.tokens_per_call,
-            "vit_calls": self.vit_calls,
-            "block_calls": self.block_calls,
+            "vit_calls": calls,
+            "block_calls": calls * self.blocks,
+            "tile_batch": tile_batch,
             "frames": self.frames,
             "height": self.height,
             "width": self.width,

@@ -782,7 +782,7 @@ def mask_unused(pos):
 
 def find_bytes(pos):
     """The byte ranges of a launch's parameters that are equal in every instance and are not masked."""
-    masked = {s.place for s in pos.slots} | pos.masked
+    slots = {s.place for s in pos.slots}
     for p, size in enumerate(pos.calls[0].identity[6]):
         datas = [c.params[p] for c in pos.calls]
         keep = [all(d[b] == datas[0][b] for d in datas) for b in range(size)]
@@ -793,7 +793,10 @@ def find_bytes(pos):
             # A host address is looked for in what the kernel can read (a bool beside unused bytes is not one).
             host = any(HOST_LOW <= int.from_bytes(bytes(v if live[off + i] else 0 for i, v in enumerate(d[off:off + 8])),
                                                   "little") < HOST_HIGH for d in datas)
-            if (p, off) in masked or host:
+            # A padding word (0 in some instances only) is masked whole, unless part of it is
+            # unused: then the bytes the kernel can read (a bool beside padding) are compared.
+            padding = (p, off) in pos.masked and all(live[off:off + 8])
+            if (p, off) in slots or padding or host:
                 keep[off:off + 8] = [False] * 8
         b = 0
         while b < size:

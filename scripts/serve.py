@@ -134,13 +134,13 @@ def emit(args, doc, lines):
         print("\n".join(lines))
 
 
-def plan_lines(plan):
-    s = plan.summary()
+def plan_lines(plan, tile_batch=1):
+    s = plan.summary(tile_batch)
     frames = s["tile_latent"][0]
     along_time = (f"{len(s['tile_times'])} tiles of {frames} frame{'s' * (frames > 1)} x "
                   if "tile_times" in s else "")
     return [f"latent {s['latent']}: {s['temporal_chunks']} temporal chunks x {along_time}"
-            f"{s['spatial_tiles']} spatial tiles = "
+            f"{s['spatial_tiles']} spatial tiles{f', {tile_batch} to a call' if tile_batch > 1 else ''} = "
             f"{s['vit_calls']} ViT calls of {s['tokens_per_call']} tokens, {s['block_calls']} block calls "
             f"({s['blocks']} blocks), output {s['frames']} frames of {s['height']}x{s['width']}"]
 
@@ -222,11 +222,11 @@ def decode_requests(args, torch, h3_vae, device, model, plan):
     summary = summarise(times, plan)
     memory = gpu_memory(torch, device)
     doc = {"mode": "decode", "decode_mode": args.mode, "tile_batch": args.tile_batch,
-           "plan": plan.summary(), "cuda_graphs": args.cuda_graphs, "warmup": args.warmup,
+           "plan": plan.summary(args.tile_batch), "cuda_graphs": args.cuda_graphs, "warmup": args.warmup,
            "seed": args.seed, "same_latent": args.same_latent, "weights": args.weights or "synthetic",
            "environment": environment(torch, device), "requests": results, "summary": summary,
            "gpu_memory": memory, "out": args.out}
-    lines = plan_lines(plan) + [
+    lines = plan_lines(plan, args.tile_batch) + [
         f"device {doc['environment'].get('gpu', device)}, {args.mode} mode, "
         f"{'CUDA graphs' if args.cuda_graphs else 'eager'}, tile batch {args.tile_batch}, weights {doc['weights']}"]
     lines += [f"request {r['request']}: {r['latency_ms']:9.2f} ms  fp32 sha256 {r['sha256_fp32']}  "
@@ -244,7 +244,7 @@ def main(argv=None):
     except LatentShapeError as e:
         fail(str(e))
     if args.vit_calls_only:
-        emit(args, {"mode": "plan", "plan": plan.summary()}, plan_lines(plan))
+        emit(args, {"mode": "plan", "plan": plan.summary(args.tile_batch)}, plan_lines(plan, args.tile_batch))
         return 0
 
     torch, h3_vae, device = load_torch(args)
@@ -291,7 +291,7 @@ def main(argv=None):
                                     mode=args.mode)
         lines = [f"{kind:40s} {value:12.4f}" for kind, value in r["max_abs"].items()]
         lines.append(f"finite: {r['finite']}, FP16 headroom (65504 / largest FP16 activation): {r['fp16_headroom']}")
-        emit(args, {"mode": "activation_stats", "decode_mode": args.mode, "plan": plan.summary(), "environment": env,
+        emit(args, {"mode": "activation_stats", "decode_mode": args.mode, "plan": plan.summary(args.tile_batch), "environment": env,
                     **r}, lines)
     else:
         doc, lines = decode_requests(args, torch, h3_vae, device, model, plan)

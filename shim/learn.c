@@ -1029,7 +1029,13 @@ static void h3_learn_print_launch(FILE *f, const struct h3_learn_group *g, const
                 uint64_t v = h3_learn_word(w);
                 host |= v >= H3_LEARN_HOST_LOW && v < H3_LEARN_HOST_HIGH;
             }
-            if (host || h3_learn_word_masked(pos, p, off) || h3_learn_is_slot(g, pos, p, off))
+            /* A padding word (0 in some instances only) is masked whole, unless
+             * part of it is unused: then the bytes the kernel can read (a bool
+             * beside padding) are compared (record_signature.py's rule). */
+            bool padding = h3_learn_word_masked(pos, p, off);
+            for (int i = 0; i < 8 && padding; i++)
+                padding = !h3_learn_in_unused(pos, p, off + (size_t)i);
+            if (host || padding || h3_learn_is_slot(g, pos, p, off))
                 memset(keep + off, 0, 8);
         }
         size_t b = 0;

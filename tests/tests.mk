@@ -121,6 +121,10 @@ $(B)/tests/h3-block3-frees-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/re
 $(B)/tests/h3-block3-mutated-middle.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py middle $< $@
 ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-middle.txt
+# The block with stale bytes beside the cats' isContiguous flags, 0 in some blocks only (learned, fused).
+$(B)/tests/h3-block3-mutated-padding.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py padding $< $@
+ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-padding.txt
 # A stream that never repeats (the learner keeps it in its fixed memory and learns nothing).
 $(B)/tests/unique-replay.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py unique $< $@

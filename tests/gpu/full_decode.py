@@ -33,13 +33,13 @@ import shimstats  # noqa: E402  (beside this script)
 DEFAULT_OPS = ["swiglu", "weight_cache", "norm_cast", "residual_norm", "qk_norm_rope"]
 
 
-def run_arm(latent, requests, shim, graphs, shim_env, mode="serving"):
+def run_arm(latent, requests, shim, graphs, shim_env, mode="serving", serve_args=()):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     if shim:
         env["LD_PRELOAD"] = shim
         env.update(shim_env, H3SHIM_STATS="1")
     cmd = [sys.executable, SERVE, "--latent", latent, "--requests", str(requests), "--same-latent", "--json",
-           "--mode", mode]
+           "--mode", mode, *serve_args]
     if graphs:
         cmd.append("--cuda-graphs")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -66,6 +66,8 @@ def main():
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
     ap.add_argument("--mode", default="serving", choices=["serving", "inference"],
                     help="serve.py --mode: the serving pipeline's (default) or inference_mode")
+    ap.add_argument("--serve-args", default="",
+                    help="more serve.py arguments, one string (e.g. '--tile 7,16,12 --tile-batch 2')")
     ap.add_argument("--shim-b", help="another build of the shim: arm P runs it eager with H3SHIM_OPS=--ops, "
                                      "alternating with O (unless B or BG is asked for); arms B and BG run it with "
                                      "its defaults, eager and CUDA graphs, alternating with S and SG: two builds "
@@ -90,9 +92,10 @@ def main():
     docs = {k: [] for k in arms}
     for _ in range(a.rounds):
         for name, (shim, graphs, shim_env) in arms.items():
-            docs[name].append(run_arm(a.latent, a.requests, shim, graphs, shim_env, a.mode))
+            docs[name].append(run_arm(a.latent, a.requests, shim, graphs, shim_env, a.mode,
+                                        a.serve_args.split()))
     ref = None
-    result = {"latent": a.latent, "mode": a.mode, "requests_per_process": a.requests, "rounds": a.rounds,
+    result = {"latent": a.latent, "mode": a.mode, "serve_args": a.serve_args, "requests_per_process": a.requests, "rounds": a.rounds,
               "arms": {}}
     ok = True
     for name, runs in docs.items():
@@ -150,7 +153,8 @@ def main():
     plan = result.get("plan", {})
     lines = [f"# Full H3 decode, {env.get('gpu', '?')}, {datetime.date.today().isoformat()}", "",
              f"latent [{a.latent}]: {plan.get('vit_calls')} ViT calls, {plan.get('block_calls')} block calls, "
-             f"{plan.get('frames')} frames of {plan.get('height')}x{plan.get('width')}; serve.py --mode {a.mode}; "
+             f"{plan.get('frames')} frames of {plan.get('height')}x{plan.get('width')}; serve.py --mode {a.mode}"
+             f"{' ' + a.serve_args if a.serve_args else ''}; "
              f"torch {env.get('torch')}; "
              f"{a.rounds} rounds x {a.requests} requests per arm, arms alternating; speed-ups against the "
              "unshimmed arm of the same mode. S/SG: the shim with its defaults; R/RG: the replay op holds back "

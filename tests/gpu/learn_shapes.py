@@ -228,6 +228,10 @@ def child_env(a):
         env["H3SHIM_SIGNATURES"] = tempfile.mkdtemp(prefix="h3shim-learn-")
         notes.append(f"H3SHIM_SIGNATURES={env['H3SHIM_SIGNATURES']} (a new empty directory)")
     env.setdefault("H3SHIM_STATS", "1")
+    if os.environ.get("OUT") and not env.get("H3SHIM_RECORD"):
+        # What was learned and what was refused comes back with the run's files.
+        env["H3SHIM_RECORD"] = os.path.join(os.environ["OUT"], "learned")
+        notes.append(f"H3SHIM_RECORD={env['H3SHIM_RECORD']} ($OUT/learned)")
     env["PYTHONUNBUFFERED"] = "1"
     return env, notes
 

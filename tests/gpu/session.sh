@@ -47,6 +47,9 @@
 #              learn-inference the same in inference mode; learn-quick on the
 #              quick latent (1-2 min); learn-variants robust.py's variants and
 #              workloads with no signature loaded (4-6 min)
+#   learn-tiles  full_decode.py on the quick latent with serve.py --tile 7,12,16
+#              (1349-token tiles) and with --tile-batch 2, the defaults (S) and
+#              no signature loaded (L, LG), 1 round each (3 min)
 #   validate   tests/gpu/validate.py: the validation command's report (up to 10 min)
 #   variants threads children compiled workloads nccl
 #              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min); each
@@ -179,6 +182,11 @@ for step in "${steps[@]}"; do
                           --tag=-learned ;;
         learn-inference) run learn-inference 420 python3 tests/gpu/full_decode.py --mode inference --arms S,SG,L,LG \
                              --rounds 1 --requests 1 --tag=-inference-learned ;;
+        learn-tiles) # serve.py decodes of 1349-token tiles, and of tiles batched by 2, nothing committed covers
+            run learn-tiles-1349 200 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,L,LG --rounds 1 \
+                --serve-args "--tile 7,12,16" --tag=-quick-tile-1349-learned
+            run learn-tiles-batch2 200 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,L,LG --rounds 1 \
+                --serve-args "--tile-batch 2" --tag=-quick-tile-batch2-learned ;;
         validate) run validate 590 python3 tests/gpu/validate.py ;;
         learn-variants) # robust.py's variants and workloads with no signature loaded: what is learned, what falls back
             run learn-variants 400 env H3_ROBUST_SIGNATURES="$(mktemp -d)" python3 tests/gpu/robust.py \

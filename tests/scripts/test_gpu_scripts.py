@@ -32,6 +32,18 @@ def stats(runs, fallbacks=(), blocks=9):
     return "\n".join(lines)
 
 
+class TilePlan(unittest.TestCase):
+    """serve.py's plan counts the ViT calls a --tile-batch decode makes (full_decode.py's verdict reads them)."""
+
+    def test_batched_tiles_are_counted_per_call(self):
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+        import h3_tiling
+        plan = h3_tiling.make_plan(h3_tiling.parse_latent("1,24,12,24,24"), 36, h3_tiling.parse_tile("7,16,16"))
+        self.assertEqual((plan.summary()["vit_calls"], plan.summary()["block_calls"]), (8, 288))
+        self.assertEqual((plan.summary(2)["vit_calls"], plan.summary(2)["block_calls"]), (4, 144))
+        self.assertEqual(plan.summary(3)["vit_calls"], 4)  # 4 tiles a chunk: a call of 3, a call of 1
+
+
 class OpsVerdict(unittest.TestCase):
     def test_every_place_run(self):
         self.assertTrue(shimstats.ops_verdict(stats(18), 9, ["residual_norm"])[0])

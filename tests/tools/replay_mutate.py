@@ -6,6 +6,12 @@ with a mutation in every block, as a user's variant of the block would have:
            casts (norm1: inside the q and k norms and RoPE; norm2: before the
            second residual) made twice in a row: another kernel in the middle
            of what the ops take, twice in every block
+  padding  the six padding bytes after the two isContiguous flags of every
+           FP16 CatArrayBatchedCopy (bytes 1282-1287 of its metadata, which
+           the kernel cannot read) zero in even blocks, in odd blocks the
+           upper bytes of an address in the cat's output buffer, as stale
+           stack bytes may be: the word holding the flags is then 0 in some
+           instances and near a device address in others
   unique   3000 launches of the block's first kernel, each with a grid of
            its own: a stream in which no run of calls ever repeats
 
@@ -28,13 +34,33 @@ def block_starts(lines, at):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "unique"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "padding", "unique"):
         sys.stderr.write(__doc__)
         return 2
     lines = open(sys.argv[2]).read().splitlines()
     if sys.argv[1] == "unique":
         first = next(line for line in lines if line.startswith("L ")).split(" ")
         out = [" ".join(first[:2] + [str(1000 + i)] + first[3:]) for i in range(3000)]
+        open(sys.argv[3], "w").write("\n".join(out) + "\n")
+        return 0
+    if sys.argv[1] == "padding":
+        out, cats = [], 0
+        for line in lines:
+            f = line.split(" ")
+            if f[0] == "L" and "CatArrayBatchedCopyINS1_10OpaqueTypeILj2EEE" in f[1]:
+                nparams = int(f[10])
+                hexes = f[len(f) - nparams:]
+                out_ptr = int.from_bytes(bytes.fromhex(hexes[0]), "little")
+                word = (out_ptr & ~0xFFFF).to_bytes(8, "little") if (cats // 4) % 2 else bytes(8)
+                meta = bytearray.fromhex(hexes[1])
+                meta[1282:1288] = word[2:8]
+                hexes[1] = meta.hex()
+                f[len(f) - nparams:] = hexes
+                cats += 1
+            out.append(" ".join(f))
+        if cats == 0:
+            sys.stderr.write("replay_mutate.py: no cat found\n")
+            return 2
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     at = calls(lines)
