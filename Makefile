@@ -17,6 +17,9 @@
 #   CC          C compiler (default: cc)
 #   SANITIZE    sanitizer flags for the check build
 #               (default: -fsanitize=address,undefined)
+#   KERNEL_DEFS nvcc -D flags for kernels/ (default: none); the one test
+#               build: -DH3_TEST_SWIGLU_ULP, one element of every swiglu
+#               product one unit in the last place off (verify mode's GPU test)
 
 CUDA_HOME ?= /usr/local/cuda
 CUDA_INC  ?= $(CUDA_HOME)/include
@@ -37,7 +40,8 @@ KERNEL_SRC := $(wildcard kernels/*.cu)
 KERNEL_HDR := $(wildcard kernels/*.h)
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 # No fast math: the kernels replicate PyTorch's rounding exactly.
-KERNEL_FLAGS := -O3 -std=c++17 -Xptxas -warn-spills -Werror all-warnings
+KERNEL_DEFS ?=
+KERNEL_FLAGS := -O3 -std=c++17 -Xptxas -warn-spills -Werror all-warnings $(KERNEL_DEFS)
 KERNEL_ARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a \
                -gencode arch=compute_103a,code=sm_103a -gencode arch=compute_90,code=compute_90
 SHIM_HDR  := $(wildcard shim/*.h shim/*.def kernels/*.h) shim/exports.map

@@ -197,7 +197,7 @@ def decode_requests(args, torch, h3_vae, device, model, plan):
     decoder = h3_vae.TiledDecoder(model, plan, device, cuda_graphs=args.cuda_graphs, mode=args.mode,
                                   tile_batch=args.tile_batch)
     per_request = args.mode == "serving"
-    results, times, video = [], [], None
+    results, times, warm, video = [], [], [], None
     if args.trace_mark:
         torch.cuda._sleep(1)
     with (contextlib.nullcontext() if per_request else h3_vae.decode_context(args.mode, device)):
@@ -212,6 +212,7 @@ def decode_requests(args, torch, h3_vae, device, model, plan):
                 h3_vae.sync(device)
                 ms = (time.perf_counter() - t0) * 1e3
             if i < 0:
+                warm.append(ms)  # first sights, weight copies, verify mode's compared runs
                 continue
             times.append(ms)
             results.append({"request": i, "latency_ms": ms, "host_ms": host_ms, "sha256_fp32": h3_vae.sha256(video),
@@ -223,6 +224,7 @@ def decode_requests(args, torch, h3_vae, device, model, plan):
     memory = gpu_memory(torch, device)
     doc = {"mode": "decode", "decode_mode": args.mode, "tile_batch": args.tile_batch,
            "plan": plan.summary(args.tile_batch), "cuda_graphs": args.cuda_graphs, "warmup": args.warmup,
+           "warmup_ms": warm,
            "seed": args.seed, "same_latent": args.same_latent, "weights": args.weights or "synthetic",
            "environment": environment(torch, device), "requests": results, "summary": summary,
            "gpu_memory": memory, "out": args.out}

@@ -681,15 +681,23 @@ static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_c
     uint64_t replaced = 0; /* a bit per range index whose op replaces its calls */
     const struct h3_op_range *pending = NULL;
     uint32_t pending_at = 0;
+    /* Ranges whose op ran into scratch (verify mode): their calls are issued
+     * as made, and the comparison follows the last of them. */
+    const struct h3_op_range *verifying[8];
+    unsigned nverifying = 0;
     for (uint32_t i = 0; i < q->n; i++) {
         int32_t ri = g->at[first + i].claim_at;
         const struct h3_op_range *r = ri >= 0 ? &g->ranges[ri] : NULL;
         if (r != NULL && r->first == first + i && h3_group_range_ready(q, r, ri, first, anchor)) {
             const char *why = r->anchored ? h3_op_check_range(r, &q->calls[i], anchor)
-                                          : h3_op_run(r, &q->calls[i], NULL);
+                                          : h3_op_run(r, g->sig, &q->calls[i], NULL);
             if (!r->anchored)
                 h3_group_take_owed(q);
-            if (why != NULL) {
+            if (why == h3_verify_running) {
+                c->op_verify = r->op->name;
+                if (nverifying < H3_ARRAY_LEN(verifying))
+                    verifying[nverifying++] = r;
+            } else if (why != NULL) {
                 c->op_fallback = why;
             } else {
                 replaced |= 1ull << ri;
@@ -701,10 +709,15 @@ static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_c
         }
         if (r == NULL || !((replaced >> ri) & 1))
             h3_issue(&q->calls[i], 1);
+        for (unsigned v = 0; v < nverifying; v++)
+            if (verifying[v]->last == first + i)
+                h3_verify_finish(verifying[v], &q->calls[i]);
     }
+    if (nverifying > 0)
+        h3_verify_abandon(); /* none is left: each range's last call was issued above */
     bool anchor_done = false;
     if (pending != NULL) {
-        const char *why = h3_op_run(pending, &q->calls[pending_at], anchor);
+        const char *why = h3_op_run(pending, g->sig, &q->calls[pending_at], anchor);
         h3_group_take_owed(q);
         if (why == NULL) {
             anchor_done = true;
@@ -994,6 +1007,7 @@ void h3_engine_print_stats(void (*line)(const char *fmt, ...))
         line("owed writes: %lu made into the program's buffers after the op (still referenced: autocast's "
              "cast cache, autograd, a hook), %lu not made (their buffer freed first)", owed, owed_out);
     h3_ops_print_stats(line);
+    h3_verify_print_stats(line);
     if (h3_op_enabled(&h3_op_weight_cache))
         h3_wcache_print_stats(line);
     for (int w = 0; w < H3_FLUSH_COUNT; w++) {
@@ -1023,7 +1037,9 @@ static void h3_engine_forget(int device, const void *ctx, bool alive, struct h3_
         if (device < 0)
             return; /* which device ends is not known: nothing is freed that may be another's */
     }
-    if (h3_wcache_release(device, ctx, alive) == 0 && ctx != NULL)
+    unsigned made = h3_wcache_release(device, ctx, alive);
+    made += h3_verify_release(device, ctx, alive);
+    if (made == 0 && ctx != NULL)
         return; /* a context the shim made nothing in */
     h3_kernels_forget();
     h3_graphs_reset();
@@ -1090,6 +1106,7 @@ void h3_engine_reset(void)
     atomic_store(&h3_owed_issued, 0);
     atomic_store(&h3_owed_left_out, 0);
     h3_ops_reset();
+    h3_verify_reset();
     h3_graphs_reset();
 }
 

@@ -20,6 +20,7 @@ static void h3_fork_child(void)
     h3_learn_after_fork_child();
     h3_signatures_after_fork_child();
     h3_lt_after_fork_child();
+    h3_verify_after_fork_child();
     H3_INFO(H3_SUB_FORK, "fork child: trace and stats restarted");
 }
 

@@ -372,6 +372,7 @@ struct h3_call {
     uint32_t op_calls;              /* the calls the ops replaced */
     const char *op_fallback;        /* why an op of this group could not run */
     const char *op_how;             /* how an op with more than one exact way ran (h3_op_note) */
+    const char *op_verify;          /* an op of this group ran into scratch beside its calls (verify.c) */
     const char *learned;            /* the group this call made the learner learn (its signature's), or NULL */
     uint32_t op_left_out;           /* outputs the ops left out: the allocator had freed them (ops.c) */
     uint64_t op_left_out_bytes;
@@ -669,6 +670,9 @@ struct h3_op {
      * group learned in the process is taken only where every such op plans
      * a range, so another model's groups are never fused (h3_engine_learned). */
     bool marks_block;
+    /* Launches no kernel of its own (weight_cache: its copies are PyTorch's
+     * own cast launch): verify mode does not compare it. */
+    bool unverified;
     /* Finds the ranges of group [first, last] of `sig` that this op can
      * replace; returns how many it wrote to out[0..max). */
     unsigned (*plan)(const struct h3_sig *sig, uint32_t first, uint32_t last, struct h3_op_range *out,
@@ -709,7 +713,47 @@ const char *h3_op_take_note(void);
 void h3_op_take_left_out(uint32_t *outputs, uint64_t *bytes);
 /* Runs `op` on a complete range that h3_op_check() allowed; counts the
  * outcome.  Returns NULL when the op ran, else the fallback reason. */
-const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor);
+const char *h3_op_run(const struct h3_op_range *r, const struct h3_sig *sig, const struct h3_deferred *calls,
+                      struct h3_call *anchor);
+/* The op's index (h3_ops_get) and whether it is validated on the current device's SM. */
+unsigned h3_op_index_of(const struct h3_op *op);
+bool h3_op_validated_here(const struct h3_op *op);
+#define H3_OPS_MAX 8
+
+/* ---- verify.c: verify mode (H3SHIM_VERIFY) ---- */
+
+/* Reads H3SHIM_VERIFY (h3_ops_setup). */
+void h3_verify_setup(void);
+/* Whether any enabled op is compared before it runs. */
+bool h3_verify_on(void);
+/* What h3_verify_begin and h3_op_run return for a run that went into
+ * scratch: the range's calls are to be issued as made, then h3_verify_finish. */
+extern const char h3_verify_running[];
+/* Before unanchored range `r` of `sig` runs, `at` its first call: NULL when
+ * it runs as usual (verification off or done), h3_verify_running when its
+ * op is to run into scratch (h3_verify_outputs), else a fallback reason. */
+const char *h3_verify_begin(const struct h3_op_range *r, const struct h3_sig *sig, const struct h3_deferred *at);
+/* For ops, just before their kernel launches: moves each output *ptr[k]
+ * (bytes[k] bytes, elements of elem[k]; 0: not written) into scratch while
+ * the thread's run is verified.  NULL, or why not (then launch nothing). */
+const char *h3_verify_outputs(uint64_t *const *ptr, const uint64_t *bytes, const unsigned *elem, unsigned n);
+/* Whether this thread's op run is one going into scratch. */
+bool h3_verify_active(void);
+/* After the op's run under h3_verify_running: h3_verify_running when it ran
+ * into scratch, else its fallback reason. */
+const char *h3_verify_ran(const char *why);
+/* After range r's last call was issued (`last`): the comparison, on its stream. */
+void h3_verify_finish(const struct h3_op_range *r, const struct h3_deferred *last);
+/* Drops this thread's runs that went into scratch and were not compared. */
+void h3_verify_abandon(void);
+/* Frees (alive) or forgets the slots of `device` (-1: any) or `ctx`; how many. */
+unsigned h3_verify_release(int device, const void *ctx, bool alive);
+void h3_verify_print_stats(void (*line)(const char *fmt, ...));
+void h3_verify_reset(void);
+void h3_verify_after_fork_child(void);
+
+/* ---- ops.c: anchored checks, and what planners read from a signature ---- */
+
 /* An anchored range's check (its op's `check`), the fallback counted. */
 const char *h3_op_check_range(const struct h3_op_range *r, const struct h3_deferred *calls,
                               struct h3_call *anchor);

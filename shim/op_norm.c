@@ -176,6 +176,12 @@ static bool h3_nc_outputs(struct h3_nc_args *a, uint64_t dead)
 /* The norm and its cast as one launch of h3_rmsnorm_f32 on the norm's stream. */
 static const char *h3_nc_launch(const struct h3_deferred *norm, struct h3_nc_args *a)
 {
+    const uint64_t f32 = (uint64_t)a->rows * (uint64_t)a->n * 4;
+    const char *why = h3_verify_outputs((uint64_t *const[]){&a->y, &a->rstd, &a->out},
+                                        (const uint64_t[]){f32, (uint64_t)a->rows * 4, f32 / 2},
+                                        (const unsigned[]){4, 4, 2}, 3);
+    if (why != NULL)
+        return why;
     void *args[] = {&a->x, &a->gamma, &a->eps, &a->n, &a->y, &a->rstd, &a->out};
     const unsigned grid[3] = {a->rows, 1, 1}, block[3] = {32, 4, 1};
     return h3_kernels_launch("h3_rmsnorm_f32", norm, grid, block, args);
@@ -373,6 +379,12 @@ static const char *h3_rn_launch(const struct h3_deferred *like, unsigned rows, b
 static const char *h3_rn_launch_fused(const struct h3_deferred *like, struct h3_rn_launches *l, long long *b_stride,
                                       struct h3_nc_args *a, bool staged)
 {
+    const uint64_t f32 = (uint64_t)a->rows * (uint64_t)a->n * 4;
+    const char *why = h3_verify_outputs((uint64_t *const[]){&l->p, &l->h_out, &a->y, &a->rstd, &a->out},
+                                        (const uint64_t[]){f32, f32, f32, (uint64_t)a->rows * 4, f32 / 2},
+                                        (const unsigned[]){4, 4, 4, 4, 2}, 5);
+    if (why != NULL)
+        return why;
     void *args[] = {&l->b16, b_stride, &l->scale, &l->h, &l->p, &l->h_out, &a->gamma, &a->eps, &a->n, &a->y,
                     &a->rstd, &a->out};
     return h3_rn_launch(like, a->rows, staged, args);
@@ -415,12 +427,16 @@ static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struc
             }
     if (freed & 1)
         l.p = 0;
+    const char *why = h3_verify_outputs((uint64_t *const[]){&l.p, &l.h_out}, (const uint64_t[]){f32, f32},
+                                        (const unsigned[]){4, 4}, 2);
+    if (why != NULL)
+        return why;
     int n = (int)l.width;
     float eps = 0.0f;
     void *none = NULL;
     void *args[] = {&l.b16, &b_stride, &l.scale, &l.h, &l.p, &l.h_out, &none, &eps, &n,
                     &none, &none, &none};
-    const char *why = h3_rn_launch(add, rows, staged, args);
+    why = h3_rn_launch(add, rows, staged, args);
     if (staged && why != NULL)
         return "aliased";
     if (staged)
@@ -471,6 +487,8 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
             h3_op_note(&h3_op_residual_norm, "staged");
             return NULL;
         }
+        if (h3_verify_active())
+            return clash; /* it issues the mul and add itself: verified runs issue every call as made */
         a.x = l.h_out; /* norm_cast's read of the norm saw it so */
         if (!h3_nc_outputs(&a, dead >> 2)) /* y, rstd, y16: what a later one of them overlaps, and freed */
             return "aliased";

@@ -324,6 +324,22 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
                          : !h3_qk_wide(&p) ? "h3_qk_norm_rope_f16"
                          : out_only        ? "h3_qk_norm_rope_out_f16x4"
                                            : "h3_qk_norm_rope_f16x4";
+    /* Verify mode: every field written moves to scratch (h3_verify_outputs). */
+    static const uint16_t per_row[10] = {256, 256, 4, 128, 96, 48, 96, 96, 96, 128};
+    uint64_t field[20], bytes[20], *at[20];
+    unsigned elem[20];
+    for (unsigned k = 0; k < 20; k++) {
+        void **f = (void **)&p.side[k / 10];
+        field[k] = (uint64_t)(uintptr_t)f[k % 10];
+        bytes[k] = per_row[k % 10] * (uint64_t)rows;
+        elem[k] = k % 10 < 3 ? 4 : 2;
+        at[k] = &field[k];
+    }
+    const char *why = h3_verify_outputs(at, bytes, elem, 20);
+    if (why != NULL)
+        return why;
+    for (unsigned k = 0; k < 20; k++)
+        ((void **)&p.side[k / 10])[k % 10] = (void *)(uintptr_t)field[k];
     return h3_kernels_launch(kernel, &calls[0], grid, block, args);
 }
 

@@ -93,9 +93,13 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
         return "aliased";
     if (h3_spans_overlap(o[1], in))
         return "aliased";
-    void *args[] = {&gate, &up, &stride, &silu_out, &out, &rows, &width};
     /* Eight elements per thread where every access can be 16 bytes wide. */
     const bool wide = width % 8 == 0 && stride % 8 == 0 && (gate | up | silu_out | out) % 16 == 0;
+    const char *why = h3_verify_outputs((uint64_t *const[]){&silu_out, &out}, (const uint64_t[]){dense, dense},
+                                        (const unsigned[]){2, 2}, 2);
+    if (why != NULL)
+        return why;
+    void *args[] = {&gate, &up, &stride, &silu_out, &out, &rows, &width};
     long long n = wide ? rows * width / 8 : rows * width;
     /* At most 64 (wide) or 32 blocks an SM; the kernels stride over the rest. */
     unsigned threads = 256, blocks = (unsigned)((n + threads - 1) / threads),

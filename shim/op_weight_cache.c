@@ -1200,6 +1200,7 @@ void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
 
 const struct h3_op h3_op_weight_cache = {
     .name = "weight_cache",
+    .unverified = true,
     .plan = h3_wc_plan,
     .run = h3_wc_run,
     .check = h3_wc_check,

@@ -100,12 +100,19 @@ const struct h3_op *h3_ops_get(unsigned i)
     return i < H3_OPS_COUNT ? h3_ops[i] : NULL;
 }
 
+_Static_assert(H3_OPS_COUNT <= H3_OPS_MAX, "H3_OPS_MAX must hold every op");
+
 static unsigned h3_op_index(const struct h3_op *op)
 {
     for (unsigned i = 0; i < H3_OPS_COUNT; i++)
         if (h3_ops[i] == op)
             return i;
     return 0;
+}
+
+unsigned h3_op_index_of(const struct h3_op *op)
+{
+    return h3_op_index(op);
 }
 
 bool h3_op_enabled(const struct h3_op *op)
@@ -173,6 +180,7 @@ void h3_ops_setup(void)
         if (on)
             H3_INFO(H3_SUB_ENGINE, "op %s: on%s", op->name, named ? " (asked for)" : " (validated)");
     }
+    h3_verify_setup();
     h3_nsm_allow = 0;
     const char *p = h3_config.sm_allow != NULL && *h3_config.sm_allow ? h3_config.sm_allow : "90,100,103";
     while (*p != '\0' && h3_nsm_allow < H3_SM_MAX) {
@@ -276,6 +284,12 @@ static const char *h3_op_sm_guard(unsigned i, const struct h3_op *op)
     return NULL;
 }
 
+bool h3_op_validated_here(const struct h3_op *op)
+{
+    unsigned i = h3_op_index(op);
+    return h3_int_in(h3_kernels_sm(), h3_op_facts[i].sms, h3_op_facts[i].nsms);
+}
+
 const char *h3_op_check(const struct h3_op *op)
 {
     return h3_op_sm_guard(h3_op_index(op), op);
@@ -313,20 +327,32 @@ unsigned h3_op_take_owed(struct h3_op_owed *out, unsigned max)
     return n;
 }
 
-const char *h3_op_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
+const char *h3_op_run(const struct h3_op_range *r, const struct h3_sig *sig, const struct h3_deferred *calls,
+                      struct h3_call *anchor)
 {
     unsigned i = h3_op_index(r->op);
     uint64_t t0 = h3_hot.stats ? h3_stats_clock() : 0, forward0 = h3_thread.forward_ns;
     uint32_t left;
     uint64_t left_bytes;
+    /* Verify mode: a range not yet verified runs into scratch, beside its
+     * calls issued as made, or falls back (verify.c). */
+    const char *gate = r->anchored || r->op->test_only || r->op->unverified ? NULL : h3_verify_begin(r, sig, calls);
+    if (gate != NULL && gate != h3_verify_running) {
+        h3_op_count_fallback(i, gate);
+        return gate;
+    }
     h3_left_out_take(&left, &left_bytes); /* nothing of this run's yet */
     h3_owing.n = 0;
     const char *why = r->op->run(r, calls, anchor);
+    if (gate != NULL)
+        why = h3_verify_ran(why);
     h3_left_out_take(&left, &left_bytes);
     if (why != NULL)
         h3_owing.n = 0; /* a run that failed owes nothing: its calls are issued */
     if (t0 != 0)
         atomic_fetch_add_explicit(&h3_op_counts[i].own_ns, h3_own_ns_since(t0, forward0), memory_order_relaxed);
+    if (why == h3_verify_running)
+        return why; /* counted by verify.c */
     if (why != NULL) {
         h3_op_count_fallback(i, why);
         return why;

@@ -315,6 +315,10 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
         h3_buf_puts(b, ",\"op_how\":");
         h3_buf_json_str(b, c->op_how);
     }
+    if (c->op_verify != NULL) {
+        h3_buf_puts(b, ",\"verify\":");
+        h3_buf_json_str(b, c->op_verify);
+    }
     if (c->learned != NULL) {
         h3_buf_puts(b, ",\"learned\":");
         h3_buf_json_str(b, c->learned);

@@ -10,6 +10,10 @@
 #include "nvapi.h"
 #include "fake.h"
 #include "../../kernels/qk_params.h"
+#include "../../kernels/verify_params.h"
+
+#include <pthread.h>
+#include <string.h>
 
 /*
  * Runs a kernel and logs its execution as an entry "exec": the handle, the
@@ -18,7 +22,77 @@
  * that was held back and issued later passes a copy of the parameters).
  */
 /* The kernels of the fake module (see cuModuleLoadData below). */
-static struct fake_kernel fake_module_kernels[9];
+static struct fake_kernel fake_module_kernels[11];
+
+/*
+ * Device memory the shim allocates (cuMemAlloc_v2) is host memory, zeroed,
+ * and known here, so that the fakes can write it as the GPU would: memsets
+ * into it, and a fused kernel named by FAKE_WRONG_KERNEL, which writes
+ * 0xa5 bytes (a wrong result) over the first 8 bytes of every output it is
+ * given there (verify mode's scratch: any 8-byte word of its parameters
+ * that points into such memory).  The framework's own pointers are not
+ * memory and are never written.
+ */
+#define FAKE_ALLOCS 256
+static struct {
+    uintptr_t p;
+    size_t n;
+} fake_allocs[FAKE_ALLOCS];
+static pthread_mutex_t fake_allocs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Whether [p, p + n) lies in memory cuMemAlloc_v2 handed out. */
+static bool fake_is_memory(uintptr_t p, size_t n)
+{
+    bool in = false;
+    pthread_mutex_lock(&fake_allocs_lock);
+    for (unsigned i = 0; i < FAKE_ALLOCS && !in; i++)
+        in = fake_allocs[i].p != 0 && p >= fake_allocs[i].p && p + n <= fake_allocs[i].p + fake_allocs[i].n;
+    pthread_mutex_unlock(&fake_allocs_lock);
+    return in;
+}
+
+static void fake_wrong_writes(const struct fake_kernel *k, void **params)
+{
+    const char *wrong = getenv("FAKE_WRONG_KERNEL");
+    if (wrong == NULL || strcmp(wrong, k->name) != 0)
+        return;
+    for (unsigned i = 0; i < k->nparams; i++)
+        for (size_t off = 0; off + 8 <= k->sizes[i]; off += 8) {
+            uintptr_t v;
+            memcpy(&v, (const char *)params[i] + off, 8);
+            if (v != 0 && fake_is_memory(v, 8))
+                memset((void *)v, 0xa5, 8);
+        }
+}
+
+/* h3_verify_diff: the wrong result's mark at an output's start is a difference at byte 0. */
+static void fake_verify_diff(void **p)
+{
+    uintptr_t got = *(uintptr_t *)p[1];
+    unsigned long long *first = *(unsigned long long **)p[3];
+    static const unsigned char mark[8] = {0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5, 0xa5};
+    bool differs = fake_is_memory(got, 8) && memcmp((const void *)got, mark, 8) == 0;
+    if (differs && fake_is_memory((uintptr_t)first, 8))
+        *first = 0;
+    uint64_t words[2] = {differs, *(uint64_t *)p[2]};
+    fakelog_call("cuda", "verify_check", 2, words, 0);
+}
+
+/* h3_verify_note, as the kernel: each result to host memory (the unfused
+ * value unknown here: 0), and the words set back. */
+static void fake_verify_note(void **p)
+{
+    const struct h3_verify_batch *b = p[0];
+    for (unsigned i = 0; i < b->n && fake_is_memory((uintptr_t)b->first, 8 * b->n); i++) {
+        struct h3_verify_record r = {b->first[i], {0}, {0}};
+        if (r.first != ~0ull && fake_is_memory((uintptr_t)b->got[i], 8))
+            memcpy(r.got, b->got[i], b->elem[i] < 8 ? b->elem[i] : 8);
+        b->out[i] = r;
+        b->first[i] = ~0ull;
+    }
+    uint64_t words[1] = {b->n};
+    fakelog_call("cuda", "verify_note", 1, words, 0);
+}
 
 static unsigned fake_grid_x; /* of the kernel running now, for the fused ops' checks */
 
@@ -38,6 +112,8 @@ static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, u
     uint64_t words[10] = {(uint64_t)(uintptr_t)handle, gx, gy, gz, bx, by, bz, shmem, (uint64_t)(uintptr_t)stream, h};
     fakelog_call("cuda", "exec", 10, words, 0);
     fake_grid_x = gx;
+    if (params != NULL)
+        fake_wrong_writes(k, params);
     fake_kernel_run(k, params);
     return CUDA_SUCCESS;
 }
@@ -84,10 +160,33 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
 FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
 {
     fake_capture_unsafe("cuMemAlloc_v2");
-    void *m = malloc(bytes > 0 ? bytes : 1);
+    const char *fail = getenv("FAKE_ALLOC_FAIL_BYTES"); /* allocations of at least that many bytes fail */
+    if (fail != NULL && bytes >= (size_t)strtoull(fail, NULL, 10))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *m = calloc(1, bytes > 0 ? bytes : 1);
     if (m == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     *p = (CUdeviceptr)(uintptr_t)m;
+    pthread_mutex_lock(&fake_allocs_lock);
+    for (unsigned i = 0; i < FAKE_ALLOCS; i++)
+        if (fake_allocs[i].p == 0) {
+            fake_allocs[i].p = (uintptr_t)m, fake_allocs[i].n = bytes;
+            break;
+        }
+    pthread_mutex_unlock(&fake_allocs_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Pinned host memory: host memory. */
+FAKE_EXPORT CUresult cuMemAllocHost_v2(void **p, size_t bytes)
+{
+    *p = calloc(1, bytes > 0 ? bytes : 1);
+    return *p != NULL ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+FAKE_EXPORT CUresult cuMemFreeHost(void *p)
+{
+    free(p);
     return CUDA_SUCCESS;
 }
 
@@ -369,6 +468,9 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *mod, const void *image)
     static const size_t staged_sizes[13] = {8, 8, 8, 8, 8, 8, 8, 4, 4, 8, 8, 8, 4};
     fake_kernel_init(&fake_module_kernels[6], "h3_residual_rmsnorm_f32_staged", 13, staged_sizes,
                      fake_residual_staged);
+    static const size_t diff_sizes[4] = {8, 8, 8, 8}, note_sizes[1] = {sizeof(struct h3_verify_batch)};
+    fake_kernel_init(&fake_module_kernels[9], "h3_verify_diff", 4, diff_sizes, fake_verify_diff);
+    fake_kernel_init(&fake_module_kernels[10], "h3_verify_note", 1, note_sizes, fake_verify_note);
     *mod = (CUmodule)fake_module_kernels;
     return CUDA_SUCCESS;
 }
@@ -403,6 +505,22 @@ static const struct {
 static long long fake_behave(const char *fn, void **argp)
 {
     fake_capture_unsafe(fn);
+    if (strcmp(fn, "cuMemFree_v2") == 0) { /* forgotten, not freed: the fakes may still be handed it */
+        uintptr_t m = (uintptr_t) * (CUdeviceptr *)argp[0];
+        pthread_mutex_lock(&fake_allocs_lock);
+        for (unsigned i = 0; i < FAKE_ALLOCS; i++)
+            if (fake_allocs[i].p == m)
+                fake_allocs[i].p = 0;
+        pthread_mutex_unlock(&fake_allocs_lock);
+        return CUDA_SUCCESS;
+    }
+    if (strcmp(fn, "cuMemsetD8_v2") == 0) {
+        uintptr_t m = (uintptr_t) * (CUdeviceptr *)argp[0];
+        size_t n = *(size_t *)argp[2];
+        if (fake_is_memory(m, n))
+            memset((void *)m, *(unsigned char *)argp[1], n);
+        return CUDA_SUCCESS;
+    }
     if (strcmp(fn, "cuDevicePrimaryCtxRelease_v2") == 0) {
         atomic_fetch_sub(&fake_primary_refs, 1);
         return CUDA_SUCCESS;

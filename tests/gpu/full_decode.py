@@ -57,7 +57,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"))
     ap.add_argument("--arms", default="A,S,G,SG,R,RG",
-                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG,WG,NG,K,KG,B,BG (A always runs; O and OG: "
+                    help="comma-separated subset of A,S,G,SG,R,RG,O,OG,WG,NG,K,KG,B,BG,L,LG,V,VG,U,UN (A always "
+                         "runs; V and VG: the defaults with H3SHIM_VERIFY=3; U and UN: --shim-b, a build with a "
+                         "wrong kernel, with and without it; O and OG: "
                          "H3SHIM_OPS=--ops; WG and NG: the defaults with H3SHIM_WEIGHT_CACHE_GRAPHS=1 and =0, CUDA "
                          "graphs; K and KG: the defaults with H3SHIM_SKIP_RELEASED=0, every output written; L and LG: "
                          "the defaults with H3SHIM_SIGNATURES at an empty directory, every signature learned in "
@@ -84,11 +86,18 @@ def main():
             "K": (a.shim, False, {"H3SHIM_SKIP_RELEASED": "0"}), "KG": (a.shim, True, {"H3SHIM_SKIP_RELEASED": "0"})}
     learn = {"H3SHIM_SIGNATURES": tempfile.mkdtemp(prefix="h3shim-no-signatures-")}
     arms.update({"L": (a.shim, False, learn), "LG": (a.shim, True, learn)})
+    # Verify mode: V and VG the defaults with H3SHIM_VERIFY=3; U the --shim-b build (one with
+    # a wrong kernel: make KERNEL_DEFS=-DH3_TEST_SWIGLU_ULP) with it, which must stay bitwise
+    # equal with the wrong op off, and UN that build without it, which must not.
+    verify = {"H3SHIM_VERIFY": "3", "H3SHIM_SIGNATURES": os.path.join(ROOT, "signatures")}
+    arms.update({"V": (a.shim, False, verify), "VG": (a.shim, True, verify), "U": (a.shim_b, False, verify),
+                 "UN": (a.shim_b, False, {"H3SHIM_SIGNATURES": verify["H3SHIM_SIGNATURES"]})})
     wanted = set(a.arms.split(","))
     graphs_wanted = any(arms[k][1] for k in wanted if k in arms)  # G: the graph arms' reference
     arms = {k: v for k, v in arms.items()
             if (k == "A" or k in wanted or (k == "G" and graphs_wanted) or
-                (k == "P" and a.shim_b and not wanted & {"B", "BG"})) and (k not in ("P", "B", "BG") or a.shim_b)}
+                (k == "P" and a.shim_b and not wanted & {"B", "BG", "U", "UN"})) and
+            (k not in ("P", "B", "BG", "U", "UN") or a.shim_b)}
     docs = {k: [] for k in arms}
     for _ in range(a.rounds):
         for name, (shim, graphs, shim_env) in arms.items():
@@ -112,12 +121,17 @@ def main():
         shas = sorted({q["sha256_fp32"] for q in reqs})
         calls = sorted({q["vit_calls"] for q in reqs})
         shapes = sorted({tuple(q["output_shape"]) for q in reqs})
-        arm_ok = shas == [ref] and calls == [result["plan"]["vit_calls"]] and len(shapes) == 1
+        # UN, the wrong build without verify mode, must change the bits (else the test cannot fail).
+        arm_ok = (shas != [ref] if name == "UN" else shas == [ref]) and calls == [result["plan"]["vit_calls"]] \
+            and len(shapes) == 1
         engine = None
-        if arms[name][0]:
+        if arms[name][0] and name != "UN":
             # Every process decodes a warm-up request and `requests` timed ones.
             blocks = result["plan"]["block_calls"] * (1 + a.requests)
-            if "H3SHIM_OPS" in arms[name][2]:
+            if "H3SHIM_VERIFY" in arms[name][2]:
+                wrong = ("swiglu",) if name == "U" else ()
+                verdicts = [shimstats.verify_verdict(r["shim_stats"], blocks, DEFAULT_OPS, wrong) for r in runs]
+            elif "H3SHIM_OPS" in arms[name][2]:
                 verdicts = [shimstats.ops_verdict(r["shim_stats"], blocks, a.ops.split(",")) for r in runs]
             elif "H3SHIM_OP_REPLAY" in arms[name][2]:
                 verdicts = [shimstats.replay_verdict(r["shim_stats"], blocks) for r in runs]
@@ -140,6 +154,8 @@ def main():
             "requests_ms": [[[round(q["latency_ms"], 1), round(q.get("host_ms", 0), 1)] for q in r["requests"]]
                             for r in runs if "error" not in r],
             "gpu_memory": [r.get("gpu_memory") for r in runs if "error" not in r],
+            # the untimed first request of each process: first sights, weight copies, verify mode's runs
+            "warmup_ms": [[round(ms, 1) for ms in r.get("warmup_ms", [])] for r in runs if "error" not in r],
             "sha256_fp32": shas, "vit_calls": calls, "output_shape": [list(s) for s in shapes],
             "bitwise_equal_to_A": shas == [ref], "pass": arm_ok}
     base = result["arms"].get("A", {}).get("median_ms_per_request")
@@ -168,18 +184,24 @@ def main():
                 "written)" if "K" in result["arms"] or "KG" in result["arms"] else "")
              + ("; L/LG: the defaults with no signature loaded, every signature learned in the process (each "
                 "process learns from its first instances, which run unfused)"
-                if "L" in result["arms"] or "LG" in result["arms"] else "") + ".", "",
+                if "L" in result["arms"] or "LG" in result["arms"] else "")
+             + ("; V/VG: the defaults with H3SHIM_VERIFY=3 (each op range's first 3 runs compared on the GPU "
+                "with the calls it replaces, which run as made)" if "V" in result["arms"] or "VG" in result["arms"]
+                else "")
+             + ("; U: --shim-b, a build with a wrong kernel (one element of every swiglu product one unit in the "
+                "last place off), with H3SHIM_VERIFY=3; UN: that build without it, whose bits must differ"
+                if "U" in result["arms"] or "UN" in result["arms"] else "") + ".", "",
              "| arm | shim | CUDA graphs | ViT calls | output | bitwise = A | median ms/request | speed-up "
-             "| GPU memory used, MiB (PyTorch peak reserved) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| first (untimed) request, ms | GPU memory used, MiB (PyTorch peak reserved) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, arm in result["arms"].items():
         if "error" in arm:
-            lines.append(f"| {name} | error | | | | | | |")
+            lines.append(f"| {name} | error | | | | | | | | |")
             continue
         lines.append(f"| {name} | {arm['shim']} | {arm['cuda_graphs']} | {arm['vit_calls']} | {arm['output_shape']} | "
                      f"{arm['bitwise_equal_to_A']} | {arm['median_ms_per_request']:.1f} | "
                      + (f"{arm['speedup_vs_unshimmed_same_mode']:.3f}" if "speedup_vs_unshimmed_same_mode" in arm
-                        else "-") + " | "
+                        else "-") + " | " + ", ".join(f"{w[0]:.0f}" for w in arm["warmup_ms"] if w) + " | "
                      + ", ".join(f"{m['device_used_mib']:.0f} ({m['torch_max_reserved_mib']:.0f})"
                                  for m in arm["gpu_memory"] if m) + " |")
     for name, arm in result["arms"].items():

@@ -42,6 +42,7 @@
 #              tokens, batches 1, 2, 4, every one learned in the process, bitwise
 #              against the unobserved stack, GPU time per block from CUDA-graph
 #              replays (3-4 min)
+#   learn-edge  learn_shapes.py at 517 and 773 tokens alone, 5 pairs (1 min)
 #   learn-decode  full_decode.py, serving mode: the committed signatures (S, SG)
 #              beside none, every signature learned (L, LG), 1 round (4 min);
 #              learn-inference the same in inference mode; learn-quick on the
@@ -50,6 +51,10 @@
 #   learn-tiles  full_decode.py on the quick latent with serve.py --tile 7,12,16
 #              (1349-token tiles) and with --tile-batch 2, the defaults (S) and
 #              no signature loaded (L, LG), 1 round each (3 min)
+#   verify     full_decode.py with H3SHIM_VERIFY=3 (V) beside the defaults (S),
+#              and build-ulp (make KERNEL_DEFS=-DH3_TEST_SWIGLU_ULP: a wrong
+#              swiglu kernel) with it (U) and without it (UN), 1 round (5 min);
+#              verify-quick the same on the quick latent, with VG (2 min)
 #   validate   tests/gpu/validate.py: the validation command's report (up to 10 min)
 #   variants threads children compiled workloads nccl
 #              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min); each
@@ -126,7 +131,7 @@ for step in "${steps[@]}"; do
     case $step in
         kernels)
             # (test_norm_cast.py and test_residual_norm.py are the harness's names for two of these)
-            for t in rmsnorm residual_rmsnorm qk_norm_rope swiglu weight_cache; do
+            for t in rmsnorm residual_rmsnorm qk_norm_rope swiglu weight_cache verify; do
                 run "kernel-$t" 200 python3 "tests/gpu/test_$t.py" --fatbin build/kernels.fatbin
             done ;;
         kernel-*) run "$step" 200 python3 "tests/gpu/test_${step#kernel-}.py" --fatbin build/kernels.fatbin ;;
@@ -178,6 +183,8 @@ for step in "${steps[@]}"; do
             gzip -c "$work/trace.json" >"$work/$(date +%F)-nvidia-h200-trace-chrome.json.gz"
             rm -f "$work/trace.json" ;;
         learn-shapes) run learn-shapes 330 python3 tests/gpu/learn_shapes.py --pairs 10 --evidence ;;
+        learn-edge) run learn-edge 150 python3 tests/gpu/learn_shapes.py --tokens 517,773 --pairs 5 --evidence \
+                        --tag=-edge ;;
         learn-decode) run learn-decode 420 python3 tests/gpu/full_decode.py --arms S,SG,L,LG --rounds 1 --requests 1 \
                           --tag=-learned ;;
         learn-inference) run learn-inference 420 python3 tests/gpu/full_decode.py --mode inference --arms S,SG,L,LG \
@@ -187,6 +194,17 @@ for step in "${steps[@]}"; do
                 --serve-args "--tile 7,12,16" --tag=-quick-tile-1349-learned
             run learn-tiles-batch2 200 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,L,LG --rounds 1 \
                 --serve-args "--tile-batch 2" --tag=-quick-tile-batch2-learned ;;
+        verify) # verify mode: the full decode with H3SHIM_VERIFY=3 (V), and a build with a wrong swiglu
+            # kernel with it (U: bitwise, the op off) and without it (UN: its bits differ)
+            make -j"$(nproc)" B=build-ulp KERNEL_DEFS=-DH3_TEST_SWIGLU_ULP build-ulp/libh3shim.so \
+                >"$work/make-ulp.log" 2>&1 || tail -5 "$work/make-ulp.log"
+            run verify-decode 560 python3 tests/gpu/full_decode.py --arms S,V,U,UN --rounds 1 --requests 1 \
+                --shim-b build-ulp/libh3shim.so --tag=-verify ;;
+        verify-quick) # the same on the quick latent, with CUDA graphs (VG) too
+            make -j"$(nproc)" B=build-ulp KERNEL_DEFS=-DH3_TEST_SWIGLU_ULP build-ulp/libh3shim.so \
+                >"$work/make-ulp.log" 2>&1 || tail -5 "$work/make-ulp.log"
+            run verify-quick 200 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,V,VG,U,UN \
+                --rounds 1 --shim-b build-ulp/libh3shim.so --tag=-quick-verify ;;
         validate) run validate 590 python3 tests/gpu/validate.py ;;
         learn-variants) # robust.py's variants and workloads with no signature loaded: what is learned, what falls back
             run learn-variants 400 env H3_ROBUST_SIGNATURES="$(mktemp -d)" python3 tests/gpu/robust.py \

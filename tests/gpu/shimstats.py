@@ -73,6 +73,12 @@ def parse(stats):
     if m:
         v = list(map(int, m.groups()))
         out["host_ns_quantiles"] = {"p50": v[0:2], "p90": v[2:4], "p99": v[4:6]}
+    out["verify"] = {}  # verify mode (H3SHIM_VERIFY): per op, its runs compared and what they found
+    for m in re.finditer(r"verify: op (\S+)\s+(\d+) runs a range; (\d+) compared, (\d+) equal, (\d+) differing, "
+                         r"(\d+) not read; (\d+) ranges verified(; off)?", stats or ""):
+        out["verify"][m.group(1)] = dict(zip(("runs", "compared", "equal", "differing", "unread", "ranges"),
+                                             map(int, m.groups()[1:7])), off=m.group(8) is not None)
+    out["verify_warnings"] = re.findall(r"WARN (verify: op .*)", stats or "")
     out["plan"] = {}  # per op: the places it takes in a block, as many as in the signature planned most
     for m in re.finditer(r"plan \S+/(block\S*): op (\S+) takes calls", stats or ""):
         plan = out["signatures"].setdefault(m.group(1), {"complete": 0, "broken": 0, "first_break": None,
@@ -173,3 +179,40 @@ def write_evidence(gpu, name, doc, lines):
     print("\n".join(lines))
     for ext in (".json", ".md") if os.environ.get("OUT") else ():
         shutil.copy(os.path.join(out_dir, stem + ext), os.environ["OUT"])
+
+
+def verify_verdict(stats, blocks, ops, wrong=()):
+    """(ok, text) for a run with verify mode on (H3SHIM_VERIFY): every block recognised; each op in
+    `ops` compared on its first runs (but weight_cache, which launches no kernel of its own) and run
+    fused at the rest of its places, or fallen back there for a reason of verify mode (a run not
+    compared: its calls ran as made); no difference found, but in the ops of `wrong`, which must be
+    found differing, warned about and off."""
+    s = parse(stats)
+    learning = LEARNING_INSTANCES * s.get("learned", 0)
+    want = {op: sum(v["plan"].get(op, 0) * v["complete"] for v in s["signatures"].values()) for op in ops}
+    ops = [op for op in ops if want[op] > 0]
+    ok = s.get("complete") is not None and s["complete"] + learning == blocks and s.get("issue_errors") == 0
+    parts = []
+    for op in ops:
+        runs = s["ops"].get(op, (0, 0))[0]
+        v = s["verify"].get(op, {})
+        fb = s["fallbacks"].get(op, {})
+        verify_fb = sum(n for why, n in fb.items() if why.startswith("verify_"))
+        exact = sum(n for why, n in fb.items() if why in EXACT_FALLBACKS)
+        other = {why: n for why, n in fb.items() if not why.startswith("verify_") and why not in EXACT_FALLBACKS}
+        compared = v.get("compared", 0)
+        covered = runs + compared + verify_fb + exact == want[op]
+        if op in wrong:
+            op_ok = v.get("differing", 0) >= 1 and v.get("off") and runs == 0 and any(
+                w.startswith(f"verify: op {op} differs") for w in s["verify_warnings"])
+        elif op == "weight_cache":
+            op_ok = runs > 0 and compared == 0
+        else:
+            op_ok = compared >= 1 and v.get("differing", 1) == 0 and v.get("unread", 0) == 0 and runs > 0
+        ok &= covered and op_ok and not other
+        parts.append(f"{op} fused {runs}, compared {compared} ({v.get('equal', 0)} equal, {v.get('differing', 0)} "
+                     f"differing{', off' if v.get('off') else ''}), verify fallbacks {verify_fb}, of {want[op]}"
+                     + (f", other fallbacks {other}" if other else ""))
+    text = (f"{s.get('complete')} of {blocks} block calls recognised; " + "; ".join(parts)
+            + (f"; warnings: {s['verify_warnings']}" if s["verify_warnings"] else ""))
+    return ok, text

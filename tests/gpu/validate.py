@@ -19,8 +19,10 @@ limit, in this order, and reports each one's result, time and last lines:
                block against the unfused calls (learn_shapes.py)
   decode       a complete decode (the quick latent, serving mode) without the
                shim, with the committed signatures and with learned ones, eager
-               and CUDA graphs, every output's hash against the unshimmed one,
-               every block's ops counted (full_decode.py arms S, SG, L, LG)
+               and CUDA graphs, and with verify mode (H3SHIM_VERIFY=3: each op
+               range's first runs compared on the GPU with the calls it
+               replaces), every output's hash against the unshimmed one, every
+               block's ops counted (full_decode.py arms S, SG, L, LG, V)
   variants     the H3 variants and contracts that must stay on the reference
                path or stay exact (batch 2, a smaller tile, bf16, no autocast,
                grad mode, another eps, forward hooks: robust.py variants)
@@ -48,13 +50,13 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 import shimstats  # noqa: E402  (write_evidence)
 
-KERNEL_TESTS = ("rmsnorm", "residual_rmsnorm", "qk_norm_rope", "swiglu", "weight_cache")
+KERNEL_TESTS = ("rmsnorm", "residual_rmsnorm", "qk_norm_rope", "swiglu", "weight_cache", "verify")
 # (name, seconds it may take at most, argv after python3); the kernel tests first.
 STEPS = ([(f"kernel-{t}", 200, [os.path.join(HERE, f"test_{t}.py"), "--fatbin",
                                  os.path.join(ROOT, "build", "kernels.fatbin")]) for t in KERNEL_TESTS]
          + [("shapes", 200, [os.path.join(HERE, "learn_shapes.py"), "--tokens", "261,1029,1797", "--batches", "1,2",
                              "--pairs", "5", "--evidence", "--tag=-validate"]),
-            ("decode", 240, [os.path.join(HERE, "full_decode.py"), "--latent", "1,24,12,24,24", "--arms", "S,SG,L,LG",
+            ("decode", 240, [os.path.join(HERE, "full_decode.py"), "--latent", "1,24,12,24,24", "--arms", "S,SG,L,LG,V",
                              "--rounds", "1", "--tag=-validate"]),
             ("variants", 200, [os.path.join(HERE, "robust.py"), "--items", "variants", "--rounds", "1",
                                "--tag=-validate"])])

@@ -44,6 +44,39 @@ class TilePlan(unittest.TestCase):
         self.assertEqual(plan.summary(3)["vit_calls"], 4)  # 4 tiles a chunk: a call of 3, a call of 1
 
 
+class VerifyVerdict(unittest.TestCase):
+    """shimstats.verify_verdict: every place of an op fused, compared, or fallen back for verify mode."""
+
+    @staticmethod
+    def table(runs, compared, equal, differing, fallbacks=(), off=False, warn=False):
+        lines = [f"h3shim: 1 stats: plan {BLOCK}: op swiglu takes calls 35,36",
+                 f"h3shim: 1 stats: signature {BLOCK}: 9 complete, 0 broken",
+                 "h3shim: 1 stats: engine: 100 launches deferred; 0 issued with an error",
+                 f"h3shim: 1 stats: op swiglu       {runs} groups run ({2 * runs} calls)",
+                 f"h3shim: 1 stats: verify: op swiglu       3 runs a range; {compared} compared, {equal} equal, "
+                 f"{differing} differing, 0 not read; {1 if equal >= 3 else 0} ranges verified"
+                 + ("; off (a difference)" if off else "")]
+        lines += [f"h3shim: 1 stats: op swiglu       fallback {why:<20} {n}" for why, n in fallbacks]
+        if warn:
+            lines.append("h3shim: 1 WARN verify: op swiglu differs from the calls it replaces (...)")
+        return "\n".join(lines)
+
+    def test_compared_then_fused(self):
+        ok, _ = shimstats.verify_verdict(self.table(5, 3, 3, 0, [("verify_busy", 1)]), 9, ["swiglu"])
+        self.assertTrue(ok)
+
+    def test_a_place_unaccounted_fails(self):
+        self.assertFalse(shimstats.verify_verdict(self.table(5, 3, 3, 0), 9, ["swiglu"])[0])
+
+    def test_a_difference_fails_unless_expected(self):
+        t = self.table(0, 1, 0, 1, [("verify_differed", 8)], off=True, warn=True)
+        self.assertFalse(shimstats.verify_verdict(t, 9, ["swiglu"])[0])
+        self.assertTrue(shimstats.verify_verdict(t, 9, ["swiglu"], wrong=("swiglu",))[0])
+
+    def test_never_compared_fails(self):
+        self.assertFalse(shimstats.verify_verdict(self.table(9, 0, 0, 0), 9, ["swiglu"])[0])
+
+
 class OpsVerdict(unittest.TestCase):
     def test_every_place_run(self):
         self.assertTrue(shimstats.ops_verdict(stats(18), 9, ["residual_norm"])[0])

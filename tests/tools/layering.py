@@ -6,7 +6,7 @@ floor or below it (docs/design.md, "The pipeline").  Floors, top down:
   1 record    record.c cudnn.c
   2 match     match.c learn.c
   3 engine    engine.c
-  4 ops       ops.c op_*.c
+  4 ops       ops.c op_*.c verify.c
   5 launch    issue.c kernels.c graphs.c
   6 services  trace.c stats.c config.c log.c sigfile.c signatures.c resolve.c json.c backtrace.c
               released.c lt_shadow.c
@@ -33,7 +33,7 @@ import sys
 
 FLOORS = {}
 for floor, names in enumerate([
-        "hooks driver init fork c10_report", "record cudnn", "match learn", "engine", "ops op_*",
+        "hooks driver init fork c10_report", "record cudnn", "match learn", "engine", "ops op_* verify",
         "issue kernels graphs", "trace stats config log sigfile signatures resolve json backtrace released lt_shadow h3shim"]):
     for n in names.split():
         FLOORS[n] = floor

@@ -2396,6 +2396,164 @@ START_TEST(padding_beside_a_flag_keeps_the_flag)
 }
 END_TEST
 
+/*
+ * Verify mode.  The log without what the shim issues of its own: the fused
+ * and verify kernels' executions (an "exec" line followed by the kernel's
+ * "..._check" or "verify_note" line) and the events and memsets it makes;
+ * and without the allocator's reports, which the framework makes as it
+ * goes while the engine holds launches back (they are no executed call).
+ */
+static char *without_shim_calls(const char *log)
+{
+    static const char *const own[] = {"cuEventCreate ", "cuEventQuery ", "cuEventRecord ", "cuEventSynchronize ",
+                                      "cuEventDestroy_v2 ", "cuMemsetD8_v2 ", "reportMemoryUsageToProfiler "};
+    char *out = malloc(strlen(log) + 1), *w = out, *prev = NULL;
+    for (const char *at = log; *at != '\0';) {
+        const char *end = strchr(at, '\n');
+        size_t n = end != NULL ? (size_t)(end - at) + 1 : strlen(at);
+        const char *space = memchr(at, ' ', n);
+        size_t word = space != NULL ? (size_t)(space - at) : n;
+        bool check = (word > 6 && memcmp(at + word - 6, "_check", 6) == 0) ||
+                     (word == 11 && memcmp(at, "verify_note", 11) == 0);
+        bool drop = check;
+        for (size_t i = 0; i < H3_ARRAY_LEN_T(own) && !drop; i++)
+            drop = strncmp(at, own[i], strlen(own[i])) == 0;
+        if (check && prev != NULL && strncmp(prev, "exec ", 5) == 0)
+            w = prev; /* the kernel's execution line goes with it */
+        if (!drop) {
+            prev = w;
+            memcpy(w, at, n);
+            w += n;
+        } else {
+            prev = NULL;
+        }
+        at += n;
+    }
+    *w = '\0';
+    return out;
+}
+
+/* The committed block replay with the ops in `ops` and verify mode: its log without the shim's own calls. */
+static char *verify_run(const char *tag, const char *const *env, char **stats)
+{
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    char *log = replay_with(tag, env, stats);
+    t_run.replay = NULL;
+    char *own = without_shim_calls(log);
+    free(log);
+    return own;
+}
+
+/* The first N runs of each op range are compared (the fakes' events are
+ * complete at once, so each result is read at the next op's run); every
+ * range runs fused after its N equal runs; the trace names the verified
+ * runs; weight_cache, which launches no kernel of its own, is not compared. */
+START_TEST(verify_mode_compares_then_fuses)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", "H3SHIM_VERIFY=2", NULL};
+    t_run.trace = t_path("verify.jsonl");
+    char *stats;
+    free(verify_run("verify", env, &stats));
+    char *trace = t_read_file(t_run.trace, NULL);
+    t_run.trace = NULL;
+    static const char *const want[] = {
+        "op swiglu       7 groups run", "op norm_cast    7 groups run", "op residual_norm 14 groups run",
+        "op qk_norm_rope 7 groups run", "op weight_cache 36 groups run",
+        "verify: op swiglu       2 runs a range; 2 compared, 2 equal, 0 differing, 0 not read; 1 ranges verified",
+        "verify: op residual_norm 2 runs a range; 4 compared, 4 equal, 0 differing, 0 not read; 2 ranges verified",
+        "verify: op qk_norm_rope 2 runs a range; 2 compared, 2 equal, 0 differing, 0 not read; 1 ranges verified",
+        "verify: op weight_cache 2 runs a range; 0 compared", "not compared (no kernel of its own)"};
+    for (size_t i = 0; i < H3_ARRAY_LEN_T(want); i++)
+        ck_assert_msg(strstr(stats, want[i]) != NULL, "expected '%s' in\n%s", want[i], tail_of(stats));
+    ck_assert_msg(strstr(stats, "fallback") == NULL && strstr(stats, "WARN") == NULL, "%s", tail_of(stats));
+    ck_assert(trace != NULL);
+    size_t verified = 0;
+    for (const char *at = strstr(trace, "\"verify\":\"qk_norm_rope\""); at != NULL;
+         at = strstr(at + 1, "\"verify\":\"qk_norm_rope\""))
+        verified++;
+    ck_assert_msg(verified == 2, "the trace names %zu verified qk_norm_rope runs", verified);
+    free(trace), free(stats);
+}
+END_TEST
+
+/* A fused kernel that computes a wrong result (FAKE_WRONG_KERNEL: it marks
+ * the scratch it writes) is caught at its first run: one warning naming the
+ * op, the signature, the output and the element; the op is off afterwards
+ * (verify_differed), and the fakes executed the unshimmed stream's calls. */
+START_TEST(verify_mode_turns_a_wrong_op_off)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=swiglu", "H3SHIM_VERIFY=3", "FAKE_WRONG_KERNEL=h3_swiglu_f16x8",
+                                      NULL};
+    char *stats;
+    char *log = verify_run("verify-wrong", env, &stats);
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    char *base_raw = replay_with("verify-base", t_disabled, NULL);
+    t_run.replay = NULL;
+    char *base = without_shim_calls(base_raw);
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls than without the shim");
+    ck_assert_msg(strstr(stats, "WARN verify: op swiglu differs from the calls it replaces (signature "
+                                "minimax-h3-vae-decoder/block, output 1 of 1, 29442048 bytes): element 0 is "
+                                "0xa5a5 fused") != NULL,
+                  "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "op swiglu       0 groups run") != NULL &&
+                      strstr(stats, "op swiglu       fallback verify_differed      8") != NULL &&
+                      strstr(stats, "1 compared, 0 equal, 1 differing") != NULL &&
+                      strstr(stats, "off (a difference)") != NULL,
+                  "%s", tail_of(stats));
+    free(log), free(base), free(base_raw), free(stats);
+}
+END_TEST
+
+/* Where a run cannot be compared, the op falls back and the calls run as
+ * made: a capture in progress (verify_capture), scratch that cannot be had
+ * (verify_memory).  H3SHIM_VERIFY unset compares 3 runs where an op is
+ * asked for on an SM it is not validated on (FAKE_SM=100), none where it is
+ * validated; a bad value warns and keeps that default. */
+START_TEST(verify_mode_falls_back_where_it_cannot_compare)
+{
+    T_NEEDS_KERNELS();
+    static const struct {
+        const char *env[5];
+        const char *want, *also;
+        bool same; /* the unshimmed stream's calls, the shim's own aside */
+    } cases[] = {
+        {{"H3SHIM_OPS=swiglu", "H3SHIM_VERIFY=2", "FAKE_CAPTURING=1", NULL},
+         "op swiglu       fallback verify_capture       9", "0 compared", true},
+        {{"H3SHIM_OPS=swiglu", "H3SHIM_VERIFY=2", "FAKE_ALLOC_FAIL_BYTES=1048576", NULL},
+         "op swiglu       fallback verify_memory        9", "0 compared", true},
+        {{"H3SHIM_OPS=swiglu", "H3SHIM_VERIFY=2", "H3SHIM_VERIFY_MAX_MB=1", NULL},
+         "op swiglu       fallback verify_memory        9", "0 compared", true},
+        {{"H3SHIM_OPS=swiglu", "FAKE_SM=100", NULL}, "op swiglu       6 groups run",
+         "verify: op swiglu       3 runs a range; 3 compared, 3 equal", false},
+        {{"H3SHIM_OPS=swiglu", NULL}, "op swiglu       9 groups run", NULL, false},
+        {{"H3SHIM_OPS=swiglu", "H3SHIM_VERIFY=sometimes", NULL}, "op swiglu       9 groups run",
+         "H3SHIM_VERIFY=sometimes is not a number of runs", false},
+    };
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    char *base_raw = replay_with("verify-base", t_disabled, NULL);
+    t_run.replay = NULL;
+    char *base = without_shim_calls(base_raw);
+    for (size_t i = 0; i < H3_ARRAY_LEN_T(cases); i++) {
+        char tag[32];
+        snprintf(tag, sizeof(tag), "verify-case-%zu", i);
+        char *stats;
+        char *log = verify_run(tag, cases[i].env, &stats);
+        ck_assert_msg(strstr(stats, cases[i].want) != NULL, "case %zu: expected '%s' in\n%s", i, cases[i].want,
+                      tail_of(stats));
+        ck_assert_msg(cases[i].also == NULL || strstr(stats, cases[i].also) != NULL,
+                      "case %zu: expected '%s' in\n%s", i, cases[i].also, tail_of(stats));
+        if (cases[i].also == NULL)
+            ck_assert_msg(strstr(stats, "verify:") == NULL, "case %zu: verify mode on\n%s", i, tail_of(stats));
+        if (cases[i].same && strstr(cases[i].env[2], "FAKE_CAPTURING") == NULL)
+            ck_assert_msg(strcmp(base, log) == 0, "case %zu: another stream of calls", i);
+        free(log), free(stats);
+    }
+    free(base), free(base_raw);
+}
+END_TEST
+
 /* A stream in which no run of calls repeats: every call is kept in the
  * learner's fixed memory (one learner for the one thread), nothing is
  * learned or refused, and every call executes as without the shim; a
@@ -2808,6 +2966,9 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, two_threads_learn_the_block_once);
     tcase_add_test(ops, a_mutated_block_is_learned_not_fused);
     tcase_add_test(ops, padding_beside_a_flag_keeps_the_flag);
+    tcase_add_test(ops, verify_mode_compares_then_fuses);
+    tcase_add_test(ops, verify_mode_turns_a_wrong_op_off);
+    tcase_add_test(ops, verify_mode_falls_back_where_it_cannot_compare);
     tcase_add_test(ops, learning_is_bounded_and_switched_off);
     tcase_add_test(ops, planners_survive_mutated_signatures);
     tcase_add_test(ops, ops_leave_out_what_the_allocator_freed);
