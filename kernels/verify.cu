@@ -6,7 +6,7 @@
  * h3_verify_diff lowers `first` to the byte offset of the first differing
  * byte of one output (16 bytes a thread where both pointers and the size
  * allow it); h3_verify_note, one thread an output, copies each result and
- * the element holding the difference to host memory and sets `first` back
+ * the element holding the difference (no byte past the output) to host memory and sets `first` back
  * to all ones for the next run.
  */
 #include "verify_params.h"
@@ -47,8 +47,10 @@ extern "C" __global__ void h3_verify_note(struct h3_verify_batch b)
     const unsigned long long f = b.first[i];
     struct h3_verify_record r = {f, {0}, {0}};
     if (f != ~0ull) {
-        const unsigned e = b.elem[i] > 8 ? 8 : b.elem[i];
         const unsigned long long at = f / b.elem[i] * b.elem[i];
+        unsigned e = b.elem[i] > 8 ? 8 : b.elem[i];
+        if (at + e > b.bytes[i]) /* a last element cut short: nothing read past the output */
+            e = (unsigned)(b.bytes[i] - at);
         for (unsigned k = 0; k < e; k++) {
             r.ref[k] = static_cast<const unsigned char *>(b.ref[i])[at + k];
             r.got[k] = static_cast<const unsigned char *>(b.got[i])[at + k];

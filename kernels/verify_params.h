@@ -19,6 +19,7 @@ struct h3_verify_record {
  * wrote) beside the fused kernel's copy, each `elem` bytes an element. */
 struct h3_verify_batch {
     const void *ref[H3_VERIFY_OUTPUTS], *got[H3_VERIFY_OUTPUTS];
+    unsigned long long bytes[H3_VERIFY_OUTPUTS];
     unsigned elem[H3_VERIFY_OUTPUTS];
     unsigned n;
     unsigned long long *first;      /* device memory, one word an output; all ones between runs */

@@ -56,7 +56,6 @@ struct h3_verify_slot {
     const void *range;
     const struct h3_sig *sig;
     struct h3_verify_batch batch;
-    uint64_t bytes[H3_VERIFY_OUTPUTS];
     size_t used;
 };
 
@@ -158,7 +157,7 @@ static void h3_verify_settle(struct h3_verify_slot *s)
                     "bytes): element %llu is 0x%0*llx fused, 0x%0*llx unfused; the op is off in this process, "
                     "its calls run unfused",
                     s->op->name, s->sig != NULL ? s->sig->model : "?", s->sig != NULL ? s->sig->group : "?", k + 1,
-                    s->batch.n, (unsigned long long)s->bytes[k], r->first / (elem ? elem : 1), (int)(2 * elem),
+                    s->batch.n, (unsigned long long)s->batch.bytes[k], r->first / (elem ? elem : 1), (int)(2 * elem),
                     (unsigned long long)a, (int)(2 * elem), (unsigned long long)b);
     }
     atomic_fetch_add(equal ? &h3_verify.equal[i] : &h3_verify.differed[i], 1);
@@ -349,7 +348,7 @@ const char *h3_verify_outputs(uint64_t *const *ptr, const uint64_t *bytes, const
             s->batch.ref[j] = (const void *)(uintptr_t)*ptr[k];
             s->batch.got[j] = (const void *)(uintptr_t)got;
             s->batch.elem[j] = elem[k];
-            s->bytes[j] = bytes[k];
+            s->batch.bytes[j] = bytes[k];
             *ptr[k] = got;
         }
     pthread_mutex_unlock(&h3_verify.lock);
@@ -406,7 +405,7 @@ void h3_verify_finish(const struct h3_op_range *r, const struct h3_deferred *las
     s->batch.out = s->record;
     const char *why = NULL;
     for (unsigned k = 0; k < s->batch.n && why == NULL; k++) {
-        unsigned long long bytes = s->bytes[k];
+        unsigned long long bytes = s->batch.bytes[k];
         unsigned long long *first = s->batch.first + k;
         void *args[] = {&s->batch.ref[k], &s->batch.got[k], &bytes, &first};
         unsigned blocks = (unsigned)((bytes / 16 + 255) / 256), cap = h3_kernels_sm_count() * 8u;

@@ -6,7 +6,7 @@ CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
 FAKE_CFLAGS  := $(CSTD) $(WARN) -Wno-missing-prototypes -O1 -g -fPIC -fno-omit-frame-pointer $(SANITIZE) \
                 $(CUDA_CFLAGS) -Ishim -Itests/fake
 FAKE_DIR     := $(B)/fake
-FAKE_HDR     := $(wildcard tests/fake/*.h) shim/hooks.def shim/nvapi.h
+FAKE_HDR     := $(wildcard tests/fake/*.h) shim/hooks.def shim/nvapi.h $(wildcard kernels/*.h)
 FAKE_RPATH   := -Wl,-rpath,'$$ORIGIN'
 
 # name:soname:version-node (node empty: unversioned, like the real driver)
