@@ -172,6 +172,8 @@ check-scripts:
 	python3 tests/scripts/test_gpu_scripts.py
 	@echo "== the documents' relative links"
 	python3 tests/scripts/test_doc_links.py
+	@echo "== what is enabled where, against the validation reports"
+	python3 tests/scripts/test_validated_table.py
 	@echo "== hooks.def's property column"
 	python3 tests/scripts/test_hooks_table.py
 	@echo "== shim/'s layering: no call up a floor beyond tests/tools/layering-allowed.txt"
