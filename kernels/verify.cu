@@ -49,7 +49,9 @@ extern "C" __global__ void h3_verify_note(struct h3_verify_batch b)
     if (f != ~0ull) {
         const unsigned long long at = f / b.elem[i] * b.elem[i];
         unsigned e = b.elem[i] > 8 ? 8 : b.elem[i];
-        if (at + e > b.bytes[i]) /* a last element cut short: nothing read past the output */
+        if (at >= b.bytes[i]) /* nothing read past the output */
+            e = 0;
+        else if (at + e > b.bytes[i]) /* a last element cut short */
             e = (unsigned)(b.bytes[i] - at);
         for (unsigned k = 0; k < e; k++) {
             r.ref[k] = static_cast<const unsigned char *>(b.ref[i])[at + k];

@@ -74,6 +74,7 @@ __typeof__(cuStreamWaitEvent) cuStreamWaitEvent_ptsz;
 __typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz;
 __typeof__(cuStreamQuery) cuStreamQuery_ptsz;
 __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
+__typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz;
 __typeof__(cuStreamBeginCapture_v2) cuStreamBeginCapture_v2_ptsz;
 __typeof__(cuStreamEndCapture) cuStreamEndCapture_ptsz;
 __typeof__(cuStreamBeginCaptureToGraph) cuStreamBeginCaptureToGraph_ptsz;

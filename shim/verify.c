@@ -12,12 +12,16 @@
  * turns the op off in the process, with one warning naming the op, the
  * signature, the output, the first differing element and both values.
  *
- * Owns: the verification slots (scratch, result memory, event; at most
- * H3_VERIFY_SLOTS, within H3SHIM_VERIFY_MAX_MB), the per-range counts and
- * the per-op verdicts.
+ * Owns: the verification slots (result memory and event; at most
+ * H3_VERIFY_SLOTS), the scratch of the runs in flight (stream-ordered:
+ * allocated on the run's stream before it, freed there after its
+ * comparison; at most H3SHIM_VERIFY_MAX_MB at once), the per-range counts
+ * (a range is counted per context) and the per-op verdicts.
  * Invariants: while a range is not verified, the program's bits are the
  * unfused calls' by construction (its calls are issued as made, or it falls
- * back); a slot is reused only after its event was seen complete.
+ * back); a range runs fused only when N runs were read equal and none is
+ * still in flight; a slot is reused only after its event was seen complete,
+ * and never after a comparison that was not wholly issued.
  * Never: allocates, creates or asks an event while a capture is open
  * anywhere (h3_unsafe_begin); verifies inside a capture (falls back:
  * verify_capture); waits for the device, but at exit.
@@ -39,28 +43,39 @@
 const char h3_verify_running[] = "verifying";
 
 struct h3_verify_slot {
-    /* Bound to one context (and its device) at first use; scratch, result
-     * word and record are that context's. */
+    /* Bound to one context (and its device) at first use; the result words
+     * and record are that context's. */
     CUcontext ctx;
     int device;
     CUevent event;
-    CUdeviceptr scratch, first;
-    size_t cap;
+    CUdeviceptr first;
     struct h3_verify_record *record; /* pinned host memory */
     /* The run it holds: 0 free, 1 being filled by an op's run, 2 armed (the
      * op ran into scratch; the comparison follows the range's last call),
-     * 3 compared (its event recorded; the result is read once complete). */
+     * 3 compared (its event recorded; the result is read once complete),
+     * 4 retired (a comparison not wholly issued, or its context broken:
+     * the device may still write its memory, so it is never used again). */
     int state;
+    /* This run's scratch, on its stream: allocated before the op's kernel,
+     * freed after the comparison. */
+    CUdeviceptr scratch;
+    size_t cap;
+    const void *stream;
+    bool ptsz;
+    struct h3_free_mark made; /* the thread's frees at the range's first call */
     const void *owner; /* the thread whose run it holds (its h3_verify_filling's address) */
     const struct h3_op *op;
     const void *range;
     const struct h3_sig *sig;
     struct h3_verify_batch batch;
-    size_t used;
+    /* Its context was let go while a thread's run held it: never used again
+     * (its memory went with the context, or is left to it). */
+    bool doomed;
 };
 
 struct h3_verify_range {
-    _Atomic(const void *) key;
+    _Atomic(const void *) key; /* the range */
+    _Atomic(const void *) ctx; /* in this context */
     atomic_uint passed, inflight;
 };
 
@@ -118,19 +133,22 @@ bool h3_verify_on(void)
     return false;
 }
 
-/* The counts of `range`, made at first sight; NULL when the table is full. */
-static struct h3_verify_range *h3_verify_range_of(const void *range)
+/* The counts of `range` in context `ctx`, made at first sight (under the
+ * lock); NULL when the table is full or, with `make` false, not there. */
+static struct h3_verify_range *h3_verify_range_of(const void *range, const void *ctx, bool make)
 {
-    uintptr_t h = ((uintptr_t)range >> 4) * 0x9e3779b97f4a7c15ull;
+    uintptr_t h = ((uintptr_t)range >> 4 ^ (uintptr_t)ctx >> 4) * 0x9e3779b97f4a7c15ull;
     for (unsigned k = 0; k < H3_VERIFY_RANGES; k++) {
         struct h3_verify_range *e = &h3_verify.range[(h + k) % H3_VERIFY_RANGES];
-        const void *key = atomic_load(&e->key);
-        if (key == range)
+        const void *key = atomic_load_explicit(&e->key, memory_order_acquire);
+        if (key == range && atomic_load_explicit(&e->ctx, memory_order_relaxed) == ctx)
             return e;
         if (key == NULL) {
-            const void *expected = NULL;
-            if (atomic_compare_exchange_strong(&e->key, &expected, range) || expected == range)
-                return e;
+            if (!make)
+                return NULL;
+            atomic_store_explicit(&e->ctx, ctx, memory_order_relaxed);
+            atomic_store_explicit(&e->key, range, memory_order_release);
+            return e;
         }
     }
     return NULL;
@@ -140,7 +158,7 @@ static struct h3_verify_range *h3_verify_range_of(const void *range)
 static void h3_verify_settle(struct h3_verify_slot *s)
 {
     unsigned i = h3_op_index_of(s->op);
-    struct h3_verify_range *e = h3_verify_range_of(s->range);
+    struct h3_verify_range *e = h3_verify_range_of(s->range, s->ctx, false);
     bool equal = true;
     for (unsigned k = 0; k < s->batch.n && equal; k++) {
         const struct h3_verify_record *r = &s->record[k];
@@ -169,15 +187,16 @@ static void h3_verify_settle(struct h3_verify_slot *s)
     s->state = 0;
 }
 
-/* Gives an unfinished run's slot back, nothing learned from it.  Locked. */
-static void h3_verify_drop(struct h3_verify_slot *s)
+/* Ends a run whose result will not be read, nothing learned from it; its
+ * slot is retired (`retire`: the device may still write it) or freed.  Locked. */
+static void h3_verify_drop(struct h3_verify_slot *s, bool retire)
 {
-    struct h3_verify_range *e = h3_verify_range_of(s->range);
-    if (e != NULL && s->state >= 2)
+    struct h3_verify_range *e = h3_verify_range_of(s->range, s->ctx, false);
+    if (e != NULL && s->state >= 1 && s->state <= 3)
         atomic_fetch_sub(&e->inflight, 1);
-    if (s->state >= 2)
+    if (s->state >= 2 && s->state <= 3)
         atomic_fetch_add(&h3_verify.unread[h3_op_index_of(s->op)], 1);
-    s->state = 0;
+    s->state = retire ? 4 : 0;
 }
 
 /* Reads every compared slot whose event is complete; with `wait`, waits
@@ -200,7 +219,7 @@ static void h3_verify_poll(bool wait)
         if (r == CUDA_SUCCESS)
             h3_verify_settle(s);
         else if (r != CUDA_ERROR_NOT_READY)
-            h3_verify_drop(s); /* the context is gone or broken: nothing to read */
+            h3_verify_drop(s, true); /* the context is gone or broken: nothing to read */
     }
     h3_unsafe_end();
 }
@@ -212,7 +231,7 @@ static struct h3_verify_slot *h3_verify_slot_get(CUcontext ctx)
     struct h3_verify_slot *fresh = NULL;
     for (unsigned k = 0; k < H3_VERIFY_SLOTS; k++) {
         struct h3_verify_slot *s = &h3_verify.slot[k];
-        if (s->state == 0 && s->ctx == ctx)
+        if (s->state == 0 && s->ctx == ctx && !s->doomed)
             return s;
         if (s->state == 0 && s->ctx == NULL && fresh == NULL)
             fresh = s;
@@ -222,7 +241,6 @@ static struct h3_verify_slot *h3_verify_slot_get(CUcontext ctx)
     __typeof__(&cuEventCreate) create = H3_LIB_FN(CUDA, cuEventCreate);
     __typeof__(&cuMemAlloc_v2) alloc = H3_LIB_FN(CUDA, cuMemAlloc_v2);
     __typeof__(&cuMemAllocHost_v2) host = H3_LIB_FN(CUDA, cuMemAllocHost_v2);
-    __typeof__(&cuMemsetD8_v2) set = H3_LIB_FN(CUDA, cuMemsetD8_v2);
     __typeof__(&cuCtxGetDevice) device = H3_LIB_FN(CUDA, cuCtxGetDevice);
     __typeof__(&cuMemFree_v2) release = H3_LIB_FN(CUDA, cuMemFree_v2);
     CUevent ev = NULL;
@@ -230,10 +248,10 @@ static struct h3_verify_slot *h3_verify_slot_get(CUcontext ctx)
     void *record = NULL;
     CUdevice dev = -1;
     const size_t words = H3_VERIFY_OUTPUTS * sizeof(unsigned long long);
-    if (create == NULL || alloc == NULL || host == NULL || set == NULL || release == NULL ||
+    if (create == NULL || alloc == NULL || host == NULL || release == NULL ||
         create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
         return NULL;
-    if (alloc(&first, words) != CUDA_SUCCESS || set(first, 0xff, words) != CUDA_SUCCESS ||
+    if (alloc(&first, words) != CUDA_SUCCESS ||
         host(&record, H3_VERIFY_OUTPUTS * sizeof(struct h3_verify_record)) != CUDA_SUCCESS) {
         __typeof__(&cuEventDestroy_v2) destroy = H3_LIB_FN(CUDA, cuEventDestroy_v2);
         if (destroy != NULL)
@@ -256,28 +274,36 @@ const char *h3_verify_begin(const struct h3_op_range *r, const struct h3_sig *si
         return NULL;
     if (atomic_load_explicit(&h3_verify.off[i], memory_order_relaxed))
         return "verify_differed";
-    struct h3_verify_range *e = h3_verify_range_of(r);
-    if (e == NULL)
-        return "verify_full";
-    if (atomic_load_explicit(&e->passed, memory_order_acquire) >= want)
-        return NULL;
-    if (h3_stream_capturing(at->stream))
-        return "verify_capture";
     __typeof__(&cuCtxGetCurrent) current = H3_LIB_FN(CUDA, cuCtxGetCurrent);
     CUcontext ctx = NULL;
     if (current == NULL || current(&ctx) != CUDA_SUCCESS || ctx == NULL)
         return "verify_no_context";
+    struct h3_verify_range *e = h3_verify_range_of(r, ctx, false);
+    if (e != NULL && atomic_load_explicit(&e->passed, memory_order_acquire) >= want &&
+        atomic_load_explicit(&e->inflight, memory_order_acquire) == 0)
+        return NULL; /* verified, nothing still to read */
     pthread_mutex_lock(&h3_verify.lock);
+    if (e == NULL)
+        e = h3_verify_range_of(r, ctx, true);
     h3_verify_poll(false);
     const char *why = NULL;
     struct h3_verify_slot *s = NULL;
-    if (atomic_load(&h3_verify.off[i]))
+    if (e == NULL)
+        why = "verify_full";
+    else if (atomic_load(&h3_verify.off[i]))
         why = "verify_differed";
     else if (atomic_load(&e->passed) >= want)
-        why = NULL; /* verified meanwhile: runs as usual */
-    else if (!h3_unsafe_begin())
+        /* Verified meanwhile; while a run's result is still on its way (one
+         * that may differ) the calls run as made. */
+        why = atomic_load(&e->inflight) == 0 ? NULL : "verify_pending";
+    else if (h3_stream_capturing(at->stream))
         why = "verify_capture";
-    else {
+    else if (!h3_unsafe_begin()) {
+        H3_WARN_ONCE(H3_SUB_ENGINE, "verify: a capture is open on another stream, or one cannot be ruled out "
+                                    "(H3SHIM_INTERPOSE_DRIVER=0, or a capture's begin not seen): runs are not "
+                                    "compared meanwhile, and their calls run as made (verify_capture)");
+        why = "verify_capture";
+    } else {
         s = h3_verify_slot_get(ctx);
         h3_unsafe_end();
         why = s != NULL ? h3_verify_running : "verify_busy";
@@ -287,7 +313,11 @@ const char *h3_verify_begin(const struct h3_op_range *r, const struct h3_sig *si
         s->owner = &h3_verify_filling;
         s->op = op, s->range = r, s->sig = sig;
         s->batch.n = 0;
-        s->used = 0;
+        s->scratch = 0, s->cap = 0;
+        s->stream = at->stream;
+        s->ptsz = at->fn == H3_FN___cudaLaunchKernel_ptsz || at->fn == H3_FN_cudaLaunchKernel_ptsz ||
+                  at->fn == H3_FN_cuLaunchKernel_ptsz;
+        s->made = at->made;
         atomic_fetch_add(&e->inflight, 1);
         h3_verify_filling = s;
     }
@@ -300,50 +330,46 @@ const char *h3_verify_outputs(uint64_t *const *ptr, const uint64_t *bytes, const
     struct h3_verify_slot *s = h3_verify_filling;
     if (s == NULL)
         return NULL;
+    if (s->scratch != 0 || s->batch.n + n > H3_VERIFY_OUTPUTS)
+        return "verify_outputs"; /* one call a run */
     size_t need = 0;
     for (unsigned k = 0; k < n; k++)
         if (*ptr[k] != 0)
-            need += (bytes[k] + 511) / 256 * 256; /* the pointer's offset in 256 bytes kept, as its alignment */
-    if (s->batch.n + n > H3_VERIFY_OUTPUTS)
-        return "verify_outputs";
-    pthread_mutex_lock(&h3_verify.lock);
+            need += (bytes[k] + 511) / 256 * 256; /* each pointer's offset in 256 bytes kept, as its alignment */
+    if (need == 0)
+        return NULL;
+    __typeof__(&cuMemAllocAsync) alloc = H3_LIB_FN(CUDA, cuMemAllocAsync);
+    __typeof__(&cuMemAllocAsync_ptsz) alloc_ptsz = H3_LIB_FN(CUDA, cuMemAllocAsync_ptsz);
+    __typeof__(&cuMemGetInfo_v2) info = H3_LIB_FN(CUDA, cuMemGetInfo_v2);
+    __typeof__(&cuMemAllocAsync) get = s->ptsz ? alloc_ptsz : alloc;
+    const size_t limit = (size_t)h3_config.verify_max_mb << 20;
     const char *why = NULL;
-    if (s->used + need > s->cap) {
-        size_t cap = s->used + need, limit = (size_t)h3_config.verify_max_mb << 20;
-        __typeof__(&cuMemAlloc_v2) alloc = H3_LIB_FN(CUDA, cuMemAlloc_v2);
-        __typeof__(&cuMemFree_v2) release = H3_LIB_FN(CUDA, cuMemFree_v2);
-        __typeof__(&cuMemGetInfo_v2) info = H3_LIB_FN(CUDA, cuMemGetInfo_v2);
-        size_t free_b = 0, total_b = 0;
-        CUdeviceptr p = 0;
-        if (s->used != 0) {
-            why = "verify_outputs"; /* grown only before a run's first output */
-        } else if (h3_verify.bytes - s->cap + cap > limit) {
+    pthread_mutex_lock(&h3_verify.lock);
+    size_t free_b = 0, total_b = 0;
+    CUdeviceptr p = 0;
+    if (h3_verify.bytes + need > limit) {
+        why = "verify_memory";
+    } else if (get == NULL || info == NULL || !h3_unsafe_begin()) {
+        why = "verify_capture";
+    } else {
+        /* As weight_cache's copies: never what leaves the application short. */
+        if (info(&free_b, &total_b) != CUDA_SUCCESS ||
+            (free_b - (free_b < need ? free_b : need)) * 100 < total_b * (size_t)h3_config.weight_cache_min_free_pct ||
+            get(&p, need, (CUstream)(uintptr_t)s->stream) != CUDA_SUCCESS)
             why = "verify_memory";
-        } else if (alloc == NULL || release == NULL || info == NULL || !h3_unsafe_begin()) {
-            why = "verify_capture";
-        } else {
-            /* As weight_cache's copies: never what leaves the application short. */
-            if (info(&free_b, &total_b) != CUDA_SUCCESS ||
-                (free_b - (free_b < cap ? free_b : cap)) * 100 < total_b * (size_t)h3_config.weight_cache_min_free_pct ||
-                alloc(&p, cap) != CUDA_SUCCESS) {
-                why = "verify_memory";
-            } else {
-                if (s->scratch != 0)
-                    release(s->scratch);
-                h3_verify.bytes += cap - s->cap;
-                if (h3_verify.bytes > h3_verify.peak)
-                    h3_verify.peak = h3_verify.bytes;
-                s->scratch = p, s->cap = cap;
-            }
-            h3_unsafe_end();
-        }
+        h3_unsafe_end();
     }
-    if (why == NULL)
+    if (why == NULL) {
+        s->scratch = p, s->cap = need;
+        h3_verify.bytes += need;
+        if (h3_verify.bytes > h3_verify.peak)
+            h3_verify.peak = h3_verify.bytes;
+        size_t used = 0;
         for (unsigned k = 0; k < n; k++) {
             if (*ptr[k] == 0)
                 continue;
-            uint64_t got = s->scratch + s->used + (*ptr[k] & 255);
-            s->used += (bytes[k] + 511) / 256 * 256;
+            uint64_t got = p + used + (*ptr[k] & 255);
+            used += (bytes[k] + 511) / 256 * 256;
             unsigned j = s->batch.n++;
             s->batch.ref[j] = (const void *)(uintptr_t)*ptr[k];
             s->batch.got[j] = (const void *)(uintptr_t)got;
@@ -351,8 +377,23 @@ const char *h3_verify_outputs(uint64_t *const *ptr, const uint64_t *bytes, const
             s->batch.bytes[j] = bytes[k];
             *ptr[k] = got;
         }
+    }
     pthread_mutex_unlock(&h3_verify.lock);
     return why;
+}
+
+/* Frees a run's scratch on its stream, after what was queued there.  Locked. */
+static void h3_verify_free_scratch(struct h3_verify_slot *s)
+{
+    if (s->scratch == 0)
+        return;
+    __typeof__(&cuMemFreeAsync) release = H3_LIB_FN(CUDA, cuMemFreeAsync);
+    __typeof__(&cuMemFreeAsync_ptsz) release_ptsz = H3_LIB_FN(CUDA, cuMemFreeAsync_ptsz);
+    __typeof__(&cuMemFreeAsync) put = s->ptsz ? release_ptsz : release;
+    if (put != NULL)
+        put(s->scratch, (CUstream)(uintptr_t)s->stream);
+    h3_verify.bytes -= s->cap;
+    s->scratch = 0, s->cap = 0;
 }
 
 bool h3_verify_active(void)
@@ -367,15 +408,16 @@ const char *h3_verify_ran(const char *why)
     if (s == NULL)
         return why;
     pthread_mutex_lock(&h3_verify.lock);
-    if (why == NULL && s->batch.n > 0) {
+    if (s->state != 1) {
+        why = why != NULL ? why : "verify_released"; /* its context was let go meanwhile */
+    } else if (why == NULL && s->batch.n > 0) {
         s->state = 2;
         why = h3_verify_running;
     } else {
-        /* Not run (a fallback), or nothing written to compare: the calls run as made. */
-        struct h3_verify_range *e = h3_verify_range_of(s->range);
-        if (e != NULL)
-            atomic_fetch_sub(&e->inflight, 1);
-        s->state = 0;
+        /* Not run (a fallback), or nothing written to compare: the calls run
+         * as made; scratch allocated for a kernel that did not launch goes. */
+        h3_verify_free_scratch(s);
+        h3_verify_drop(s, false);
         if (why == NULL)
             why = "verify_nothing";
     }
@@ -403,8 +445,22 @@ void h3_verify_finish(const struct h3_op_range *r, const struct h3_deferred *las
     }
     s->batch.first = (unsigned long long *)(uintptr_t)s->first;
     s->batch.out = s->record;
-    const char *why = NULL;
+    CUstream stream = (CUstream)(uintptr_t)s->stream;
+    __typeof__(&cuMemsetD32Async) set = H3_LIB_FN(CUDA, cuMemsetD32Async);
+    __typeof__(&cuMemsetD32Async_ptsz) set_ptsz = H3_LIB_FN(CUDA, cuMemsetD32Async_ptsz);
+    __typeof__(&cuMemsetD32Async) clear = s->ptsz ? set_ptsz : set;
+    /* The result words all ones, on this stream, before its comparisons. */
+    const char *why = clear == NULL || clear(s->first, 0xffffffffu, 2 * H3_VERIFY_OUTPUTS, stream) != CUDA_SUCCESS
+                          ? "memset"
+                          : NULL;
     for (unsigned k = 0; k < s->batch.n && why == NULL; k++) {
+        /* An output the allocator reported freed since the range began may
+         * hold another tensor by now (a weight cast between a norm and its
+         * cast): not compared, its word stays all ones. */
+        struct h3_span out = {(uint64_t)(uintptr_t)s->batch.ref[k],
+                              (uint64_t)(uintptr_t)s->batch.ref[k] + s->batch.bytes[k]};
+        if (h3_released_since(s->made, out))
+            continue;
         unsigned long long bytes = s->batch.bytes[k];
         unsigned long long *first = s->batch.first + k;
         void *args[] = {&s->batch.ref[k], &s->batch.got[k], &bytes, &first};
@@ -421,21 +477,20 @@ void h3_verify_finish(const struct h3_op_range *r, const struct h3_deferred *las
         const unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
         why = h3_kernels_launch("h3_verify_note", last, grid, block, args);
     }
+    h3_verify_free_scratch(s); /* after the comparison, on its stream */
     __typeof__(&cuEventRecord) record = H3_LIB_FN(CUDA, cuEventRecord);
     __typeof__(&cuEventRecord_ptsz) record_ptsz = H3_LIB_FN(CUDA, cuEventRecord_ptsz);
-    bool ptsz = last->fn == H3_FN___cudaLaunchKernel_ptsz || last->fn == H3_FN_cudaLaunchKernel_ptsz ||
-                last->fn == H3_FN_cuLaunchKernel_ptsz;
-    __typeof__(&cuEventRecord) rec = ptsz ? record_ptsz : record;
-    if (why == NULL && (rec == NULL || rec(s->event, (CUstream)(uintptr_t)last->stream) != CUDA_SUCCESS))
+    __typeof__(&cuEventRecord) rec = s->ptsz ? record_ptsz : record;
+    if (why == NULL && (rec == NULL || rec(s->event, stream) != CUDA_SUCCESS))
         why = "event";
     atomic_fetch_add(&h3_verify.compared[h3_op_index_of(s->op)], 1);
     if (why != NULL) {
-        /* A kernel that did not launch: the result cannot be trusted, and the
-         * device may still write the slot's first words; the slot is dropped
-         * with its memory kept bound (it is freed with its context). */
+        /* Not wholly issued: the result cannot be trusted, and the device may
+         * still write the slot's words, so the slot is retired (its memory is
+         * freed with its context). */
         H3_WARN_ONCE(H3_SUB_ENGINE, "verify: the comparison of op %s could not be issued (%s); that run is "
                                     "not counted as verified", s->op->name, why);
-        h3_verify_drop(s);
+        h3_verify_drop(s, true);
     } else {
         s->state = 3;
     }
@@ -446,8 +501,10 @@ void h3_verify_abandon(void)
 {
     pthread_mutex_lock(&h3_verify.lock);
     for (unsigned k = 0; k < H3_VERIFY_SLOTS; k++)
-        if (h3_verify.slot[k].state == 2 && h3_verify.slot[k].owner == (const void *)&h3_verify_filling)
-            h3_verify_drop(&h3_verify.slot[k]);
+        if (h3_verify.slot[k].state == 2 && h3_verify.slot[k].owner == (const void *)&h3_verify_filling) {
+            h3_verify_free_scratch(&h3_verify.slot[k]);
+            h3_verify_drop(&h3_verify.slot[k], false);
+        }
     pthread_mutex_unlock(&h3_verify.lock);
 }
 
@@ -458,8 +515,6 @@ static void h3_verify_unbind(struct h3_verify_slot *s, bool alive)
         __typeof__(&cuMemFree_v2) release = H3_LIB_FN(CUDA, cuMemFree_v2);
         __typeof__(&cuMemFreeHost) release_host = H3_LIB_FN(CUDA, cuMemFreeHost);
         __typeof__(&cuEventDestroy_v2) destroy = H3_LIB_FN(CUDA, cuEventDestroy_v2);
-        if (release != NULL && s->scratch != 0)
-            release(s->scratch);
         if (release != NULL && s->first != 0)
             release(s->first);
         if (release_host != NULL && s->record != NULL)
@@ -467,7 +522,6 @@ static void h3_verify_unbind(struct h3_verify_slot *s, bool alive)
         if (destroy != NULL && s->event != NULL)
             destroy(s->event);
     }
-    h3_verify.bytes -= s->cap;
     *s = (struct h3_verify_slot){0};
 }
 
@@ -477,13 +531,16 @@ unsigned h3_verify_release(int device, const void *ctx, bool alive)
     unsigned n = 0;
     for (unsigned k = 0; k < H3_VERIFY_SLOTS; k++) {
         struct h3_verify_slot *s = &h3_verify.slot[k];
-        if (s->ctx == NULL || (device >= 0 && s->device != device && s->device >= 0) ||
-            (ctx != NULL && (const void *)s->ctx != ctx))
+        if (s->ctx == NULL || (device >= 0 && s->device != device) || (ctx != NULL && (const void *)s->ctx != ctx))
             continue;
-        if (s->state != 0)
-            h3_verify_drop(s);
-        h3_verify_unbind(s, alive);
         n++;
+        if (s->state == 1 || s->state == 2) {
+            s->doomed = true; /* a thread's group run holds it now; that run ends it */
+            continue;
+        }
+        if (s->state == 3)
+            h3_verify_drop(s, false);
+        h3_verify_unbind(s, alive);
     }
     pthread_mutex_unlock(&h3_verify.lock);
     return n;
@@ -527,6 +584,7 @@ void h3_verify_reset(void)
     }
     for (unsigned k = 0; k < H3_VERIFY_RANGES; k++) {
         atomic_store(&h3_verify.range[k].key, NULL);
+        atomic_store(&h3_verify.range[k].ctx, NULL);
         atomic_store(&h3_verify.range[k].passed, 0);
         atomic_store(&h3_verify.range[k].inflight, 0);
     }

@@ -51,10 +51,14 @@ static bool fake_is_memory(uintptr_t p, size_t n)
     return in;
 }
 
+/* With FAKE_WRONG_FROM=N, the wrong kernel's first N-1 runs are right. */
 static void fake_wrong_writes(const struct fake_kernel *k, void **params)
 {
-    const char *wrong = getenv("FAKE_WRONG_KERNEL");
+    static atomic_long runs;
+    const char *wrong = getenv("FAKE_WRONG_KERNEL"), *from = getenv("FAKE_WRONG_FROM");
     if (wrong == NULL || strcmp(wrong, k->name) != 0)
+        return;
+    if (atomic_fetch_add(&runs, 1) + 1 < (from != NULL ? atol(from) : 1))
         return;
     for (unsigned i = 0; i < k->nparams; i++)
         for (size_t off = 0; off + 8 <= k->sizes[i]; off += 8) {
@@ -63,6 +67,20 @@ static void fake_wrong_writes(const struct fake_kernel *k, void **params)
             if (v != 0 && fake_is_memory(v, 8))
                 memset((void *)v, 0xa5, 8);
         }
+}
+
+/* With FAKE_CHECK_SCRATCH set, a fused kernel logs "outputs_scratch" with
+ * 1 when every output it writes (non-null) lies in memory the shim
+ * allocated (verify mode's scratch), else 0: a run into scratch that wrote
+ * the program's buffers shows. */
+static void fake_outputs_scratch(const uint64_t *out, unsigned n)
+{
+    if (getenv("FAKE_CHECK_SCRATCH") == NULL)
+        return;
+    uint64_t all = 1;
+    for (unsigned i = 0; i < n; i++)
+        all &= out[i] == 0 || fake_is_memory((uintptr_t)out[i], 1);
+    fakelog_call("cuda", "outputs_scratch", 1, &all, 0);
 }
 
 /* h3_verify_diff: the wrong result's mark at an output's start is a difference at byte 0. */
@@ -175,6 +193,19 @@ FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
         }
     pthread_mutex_unlock(&fake_allocs_lock);
     return CUDA_SUCCESS;
+}
+
+/* Stream-ordered allocations: as cuMemAlloc_v2's. */
+FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s)
+{
+    (void)s;
+    return cuMemAlloc_v2(p, bytes);
+}
+
+FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s)
+{
+    (void)s;
+    return cuMemAlloc_v2(p, bytes);
 }
 
 /* Pinned host memory: host memory. */
@@ -307,6 +338,8 @@ static void fake_swiglu(void **p)
     uint64_t words[3] = {up == gate + 2 * 8192 && stride == 16384 && rows == 1797 && width == 8192,
                          *(uint64_t *)p[3] != 0, fake_grid_x};
     fakelog_call("cuda", "swiglu_check", 3, words, 0);
+    const uint64_t out[2] = {*(uint64_t *)p[3], *(uint64_t *)p[4]};
+    fake_outputs_scratch(out, 2);
 }
 
 static void fake_rmsnorm(void **p)
@@ -318,6 +351,8 @@ static void fake_rmsnorm(void **p)
     uint64_t words[2] = {x != 0 && gamma != 0 && y16 != 0 && n == 2048 && eps == 1e-5f,
                          (uint64_t)(y == 0) | (uint64_t)(rstd == 0) << 1 | (uint64_t)(y16 == 0) << 2};
     fakelog_call("cuda", "rmsnorm_check", 2, words, 0);
+    const uint64_t out[3] = {y, rstd, y16};
+    fake_outputs_scratch(out, 3);
 }
 
 static void fake_residual_as(void **p, const char *entry, uint64_t ok)
@@ -334,6 +369,11 @@ static void fake_residual_as(void **p, const char *entry, uint64_t ok)
         ok &= *(float *)p[7] == 1e-5f && *(uint64_t *)p[6] != 0;
     uint64_t words[2] = {ok, unwritten};
     fakelog_call("cuda", entry, 2, words, 0);
+    uint64_t out[5];
+    for (int i = 0; i < 4; i++)
+        out[i] = *(uint64_t *)p[outs[i]];
+    out[4] = *(uint64_t *)p[5]; /* h' */
+    fake_outputs_scratch(out, 5);
 }
 
 static void fake_residual(void **p)
@@ -372,6 +412,10 @@ static void fake_qk_out8(void **p)
 static void fake_qk_as(void **p, uint64_t wide)
 {
     const struct h3_qk_params *q = p[0];
+    uint64_t out[20];
+    for (unsigned k = 0; k < 20; k++)
+        out[k] = (uint64_t)(uintptr_t)((void *const *)&q->side[k / 10])[k % 10];
+    fake_outputs_scratch(out, 20);
     uint64_t ok = q->tokens == 1797 && q->heads == 32 && q->eps == 1e-5f && q->token_stride == 6144 &&
                   q->cs_stride == 48 && q->qkv != NULL && q->cosv != NULL && q->sinv != NULL &&
                   q->side[0].out != NULL && q->side[1].out != NULL;
@@ -409,13 +453,43 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent *ev, unsigned int flags)
     return CUDA_SUCCESS;
 }
 
-/* An event is complete unless FAKE_EVENTS_PENDING is set (then never). */
+/* An event is complete unless FAKE_EVENTS_PENDING is set (then never);
+ * with FAKE_EVENT_LAG=N, after its first N queries since it was recorded. */
+static struct {
+    uintptr_t ev;
+    long asked;
+} fake_event_lag[64];
+static pthread_mutex_t fake_event_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Restarts an event's lag (a record).  */
+static void fake_event_recorded(uintptr_t ev)
+{
+    pthread_mutex_lock(&fake_event_lock);
+    for (unsigned i = 0; i < 64; i++)
+        if (fake_event_lag[i].ev == ev || fake_event_lag[i].ev == 0) {
+            fake_event_lag[i].ev = ev, fake_event_lag[i].asked = 0;
+            break;
+        }
+    pthread_mutex_unlock(&fake_event_lock);
+}
+
 FAKE_EXPORT CUresult cuEventQuery(CUevent ev)
 {
     uint64_t words[1] = {(uint64_t)(uintptr_t)ev};
     fakelog_call("cuda", "cuEventQuery", 1, words, 0);
     fake_capture_unsafe("cuEventQuery");
-    return getenv("FAKE_EVENTS_PENDING") != NULL ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    if (getenv("FAKE_EVENTS_PENDING") != NULL)
+        return CUDA_ERROR_NOT_READY;
+    const char *lag = getenv("FAKE_EVENT_LAG");
+    bool pending = false;
+    pthread_mutex_lock(&fake_event_lock);
+    for (unsigned i = 0; i < 64 && lag != NULL; i++)
+        if (fake_event_lag[i].ev == (uintptr_t)ev) {
+            pending = fake_event_lag[i].asked++ < atol(lag);
+            break;
+        }
+    pthread_mutex_unlock(&fake_event_lock);
+    return pending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent ev)
@@ -505,13 +579,26 @@ static const struct {
 static long long fake_behave(const char *fn, void **argp)
 {
     fake_capture_unsafe(fn);
-    if (strcmp(fn, "cuMemFree_v2") == 0) { /* forgotten, not freed: the fakes may still be handed it */
+    if (strcmp(fn, "cuMemFree_v2") == 0 || strncmp(fn, "cuMemFreeAsync", 14) == 0) { /* forgotten, not freed: the fakes may still be handed it */
         uintptr_t m = (uintptr_t) * (CUdeviceptr *)argp[0];
         pthread_mutex_lock(&fake_allocs_lock);
         for (unsigned i = 0; i < FAKE_ALLOCS; i++)
             if (fake_allocs[i].p == m)
                 fake_allocs[i].p = 0;
         pthread_mutex_unlock(&fake_allocs_lock);
+        return CUDA_SUCCESS;
+    }
+    if (strncmp(fn, "cuMemsetD32Async", 16) == 0) {
+        uintptr_t m = (uintptr_t) * (CUdeviceptr *)argp[0];
+        unsigned v = *(unsigned *)argp[1];
+        size_t n = *(size_t *)argp[2];
+        if (fake_is_memory(m, 4 * n))
+            for (size_t i = 0; i < n; i++)
+                memcpy((char *)m + 4 * i, &v, 4);
+        return CUDA_SUCCESS;
+    }
+    if (strncmp(fn, "cuEventRecord", 13) == 0) {
+        fake_event_recorded((uintptr_t) * (CUevent *)argp[0]);
         return CUDA_SUCCESS;
     }
     if (strcmp(fn, "cuMemsetD8_v2") == 0) {

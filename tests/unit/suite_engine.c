@@ -2406,7 +2406,8 @@ END_TEST
 static char *without_shim_calls(const char *log)
 {
     static const char *const own[] = {"cuEventCreate ", "cuEventQuery ", "cuEventRecord ", "cuEventSynchronize ",
-                                      "cuEventDestroy_v2 ", "cuMemsetD8_v2 ", "reportMemoryUsageToProfiler "};
+                                      "cuEventDestroy_v2 ", "cuMemsetD8_v2 ", "cuMemsetD32Async ", "cuMemFreeAsync ",
+                                      "reportMemoryUsageToProfiler "};
     char *out = malloc(strlen(log) + 1), *w = out, *prev = NULL;
     for (const char *at = log; *at != '\0';) {
         const char *end = strchr(at, '\n');
@@ -2503,6 +2504,64 @@ START_TEST(verify_mode_turns_a_wrong_op_off)
                       strstr(stats, "off (a difference)") != NULL,
                   "%s", tail_of(stats));
     free(log), free(base), free(base_raw), free(stats);
+}
+END_TEST
+
+/* While a range is not verified its op's kernel writes scratch alone: with
+ * verification that never ends and every output written (no output left
+ * out: H3SHIM_SKIP_RELEASED=0), every fused kernel's every output lies in
+ * memory the shim allocated (FAKE_CHECK_SCRATCH), and no op runs fused. */
+START_TEST(verify_mode_writes_only_scratch)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", "H3SHIM_VERIFY=1000000", "H3SHIM_SKIP_RELEASED=0",
+                                      "FAKE_CHECK_SCRATCH=1", NULL};
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    char *stats;
+    char *log = replay_with("verify-scratch", env, &stats);
+    t_run.replay = NULL;
+    size_t in = 0, out = 0;
+    for (const char *at = strstr(log, "outputs_scratch "); at != NULL; at = strstr(at + 1, "outputs_scratch "))
+        at[16] == '1' ? in++ : out++;
+    ck_assert_msg(out == 0 && in >= 9 * 5, "%zu fused runs wrote the program's buffers, %zu scratch alone", out, in);
+    static const char *const none[] = {"op swiglu       0 groups run", "op norm_cast    0 groups run",
+                                       "op residual_norm 0 groups run", "op qk_norm_rope 0 groups run"};
+    for (size_t i = 0; i < H3_ARRAY_LEN_T(none); i++)
+        ck_assert_msg(strstr(stats, none[i]) != NULL, "expected '%s' in\n%s", none[i], tail_of(stats));
+    free(log), free(stats);
+}
+END_TEST
+
+/* Results that come back late (FAKE_EVENT_LAG: an event is complete at its
+ * second query): a range whose N runs were read equal does not run fused
+ * while another of its runs is still on its way (verify_pending), so a
+ * difference found in that run (FAKE_WRONG_FROM=2: the kernel goes wrong at
+ * its second run) turns the op off before it ever ran fused; and with a
+ * right kernel the range runs fused once every result is in. */
+START_TEST(verify_mode_waits_for_late_results)
+{
+    T_NEEDS_KERNELS();
+    static const char *const wrong[] = {"H3SHIM_OPS=swiglu", "H3SHIM_VERIFY=1", "FAKE_EVENT_LAG=1",
+                                        "FAKE_WRONG_KERNEL=h3_swiglu_f16x8", "FAKE_WRONG_FROM=2", NULL};
+    char *stats;
+    char *log = verify_run("verify-late-wrong", wrong, &stats);
+    ck_assert_msg(strstr(stats, "op swiglu       0 groups run") != NULL && strstr(stats, "1 differing") != NULL &&
+                      strstr(stats, "off (a difference)") != NULL && strstr(stats, "verify_pending") != NULL,
+                  "%s", tail_of(stats));
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    char *base_raw = replay_with("verify-late-base", t_disabled, NULL);
+    t_run.replay = NULL;
+    char *base = without_shim_calls(base_raw);
+    ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls than without the shim");
+    free(log), free(stats);
+    static const char *const right[] = {"H3SHIM_OPS=swiglu", "H3SHIM_VERIFY=2", "FAKE_EVENT_LAG=1", NULL};
+    log = verify_run("verify-late-right", right, &stats);
+    long fused = stat_after(stats, "op swiglu       "), pending = stat_after(stats, "fallback verify_pending"),
+         compared = stat_after(stats, "runs a range; ");
+    ck_assert_msg(strstr(stats, "0 differing") != NULL && fused > 0 && pending > 0 && compared >= 2 &&
+                      fused + pending + compared == 9,
+                  "%s", tail_of(stats));
+    free(log), free(stats), free(base), free(base_raw);
 }
 END_TEST
 
@@ -2969,6 +3028,8 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, verify_mode_compares_then_fuses);
     tcase_add_test(ops, verify_mode_turns_a_wrong_op_off);
     tcase_add_test(ops, verify_mode_falls_back_where_it_cannot_compare);
+    tcase_add_test(ops, verify_mode_writes_only_scratch);
+    tcase_add_test(ops, verify_mode_waits_for_late_results);
     tcase_add_test(ops, learning_is_bounded_and_switched_off);
     tcase_add_test(ops, planners_survive_mutated_signatures);
     tcase_add_test(ops, ops_leave_out_what_the_allocator_freed);
