@@ -26,6 +26,9 @@ limit, in this order, and reports each one's result, time and last lines:
   variants     the H3 variants and contracts that must stay on the reference
                path or stay exact (batch 2, a smaller tile, bf16, no autocast,
                grad mode, another eps, forward hooks: robust.py variants)
+  op-latency   each op's warmed GPU time against the unfused calls it
+               replaces: one block at 1797 tokens under the profiler, without
+               and with the shim (op_latency.py)
 
 A step that does not fit in what is left of --budget is reported as skipped.
 Each script writes its own evidence under tests/evidence/ too; this report
@@ -59,7 +62,8 @@ STEPS = ([(f"kernel-{t}", 200, [os.path.join(HERE, f"test_{t}.py"), "--fatbin",
             ("decode", 240, [os.path.join(HERE, "full_decode.py"), "--latent", "1,24,12,24,24", "--arms", "S,SG,L,LG,V",
                              "--rounds", "1", "--tag=-validate"]),
             ("variants", 200, [os.path.join(HERE, "robust.py"), "--items", "variants", "--rounds", "1",
-                               "--tag=-validate"])])
+                               "--tag=-validate"]),
+            ("op-latency", 150, [os.path.join(HERE, "op_latency.py"), "--tag=-validate"])])
 
 
 def versions():

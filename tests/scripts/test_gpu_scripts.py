@@ -525,7 +525,7 @@ class Validate(unittest.TestCase):
         rc, calls, written = self.run_with()
         self.assertEqual(rc, 0)
         names = [s["name"] for s in written["doc"]["steps"]]
-        self.assertEqual(names, [f"kernel-{t}" for t in self.v.KERNEL_TESTS] + ["shapes", "decode", "variants"])
+        self.assertEqual(names, [f"kernel-{t}" for t in self.v.KERNEL_TESTS] + ["shapes", "decode", "variants", "op-latency"])
         scripts = [c for c in calls if c[1].endswith(".py") and not c[1].endswith("worker.py")]
         self.assertTrue(all("--shim" in c for c in scripts if "test_" not in c[1]))
         self.assertEqual(written["doc"]["versions"]["triton"], "3.5")
