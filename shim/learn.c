@@ -100,7 +100,7 @@ struct h3_learner {
         uint64_t id, at;
     } last[H3_LEARN_LAST];
     struct h3_learn_candidate cand[H3_LEARN_CANDIDATES];
-    uint64_t since_repeat; /* calls since a period last reached two instances */
+    uint64_t since_repeat; /* kept calls since a group not refused before was last tried */
     bool gap;              /* calls the learner did not keep came since the last one */
     bool synced;           /* a call that submits work or synchronises came since the last one */
 };
@@ -1383,12 +1383,16 @@ static bool h3_learn_group_refused(uint64_t fp)
     return false;
 }
 
-/* Learns the group unless it was refused already. */
+/* Learns the group unless it was refused already.  Only a group not
+ * refused before renews the thread's patience: one refused again and again
+ * (another model's layer, a variant of the block), or a run of calls that
+ * comes twice and never a third time, is no reason to keep looking. */
 static void h3_learn_try(struct h3_learner *l, uint64_t start, uint32_t period)
 {
-    l->since_repeat = 0;
-    if (!h3_learn_group_refused(h3_learn_fingerprint(l, start, period)))
+    if (!h3_learn_group_refused(h3_learn_fingerprint(l, start, period))) {
+        l->since_repeat = 0;
         h3_learn_group(l, start, period);
+    }
 }
 
 /* Where the periodicity of `period` ending at `at` began: as far back as
@@ -1415,8 +1419,6 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
             c->period = 0;
             continue;
         }
-        if (at + 1 - c->start >= 2ull * c->period)
-            l->since_repeat = 0;
         if (!c->done && at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * c->period) {
             c->done = true;
             h3_learn_try(l, c->start, c->period);
@@ -1449,8 +1451,6 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
     c->period = period;
     c->start = h3_learn_run_start(l, at, period);
     c->done = false;
-    if (at + 1 - c->start >= 2ull * period)
-        l->since_repeat = 0;
     if (at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * period) {
         c->done = true;
         h3_learn_try(l, c->start, period);

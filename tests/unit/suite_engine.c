@@ -38,6 +38,7 @@
 #define T_REPLAY_UNIQUE "build/tests/unique-replay.txt"
 #define T_MOVED_TO 0x7e0000000000ull /* replay_frees.py's MOVED_TO */
 #define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
+#define T_REPLAY_FOREIGN_X20 "build/tests/foreign-replay-x20.txt"
 #define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
@@ -2633,6 +2634,17 @@ START_TEST(learning_is_bounded_and_switched_off)
     ck_assert_msg(strstr(stats, "0 stopped looking") == NULL && strstr(stats, "1 stopped looking") != NULL, "%s",
                   tail_of(stats));
     ck_assert_msg(stat_after(stats, "passthrough  idle") >= 1999, "%s", tail_of(stats));
+    free(stats);
+    /* Another model's calls over and over: its group is refused at once, and
+     * a group refused again and again renews no patience, so the thread
+     * stops looking and its calls take the idle path (they kept it looking
+     * for ever before). */
+    setenv("H3SHIM_LEARN_PATIENCE", "2000", 1);
+    stats = learning_run("learn-patience-foreign", T_REPLAY_FOREIGN_X20, true);
+    unsetenv("H3SHIM_LEARN_PATIENCE");
+    ck_assert_msg(strstr(stats, "1 refused") != NULL && strstr(stats, "1 stopped looking") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_msg(stat_after(stats, "passthrough  idle") >= 8000, "%s", tail_of(stats));
     free(stats);
     static const char *const off[] = {"H3SHIM_OPS=all", "H3SHIM_LEARN=0", NULL};
     char *none = t_path("no-signatures");
