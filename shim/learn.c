@@ -1384,9 +1384,10 @@ static bool h3_learn_group_refused(uint64_t fp)
 }
 
 /* Learns the group unless it was refused already.  Only a group not
- * refused before renews the thread's patience: one refused again and again
- * (another model's layer, a variant of the block), or a run of calls that
- * comes twice and never a third time, is no reason to keep looking. */
+ * refused before (or a signature's group running: h3_learn_observe) renews
+ * the thread's patience: one refused again and again (another model's
+ * layer, a variant of the block), or a run of calls that comes twice and
+ * never a third time, is no reason to keep looking. */
 static void h3_learn_try(struct h3_learner *l, uint64_t start, uint32_t period)
 {
     if (!h3_learn_group_refused(h3_learn_fingerprint(l, start, period))) {
@@ -1482,6 +1483,10 @@ void h3_learn_observe(struct h3_call *c)
      * begins like it, as the serving mode's later tiles begin like its
      * first's). */
     if (c->match_continues != 0) {
+        /* The thread runs a signature's group: the block's other shapes
+         * (another tile, another batch) may come yet, so it keeps looking. */
+        if (h3_learner_tls != NULL)
+            h3_learner_tls->since_repeat = 0;
         h3_learn_break(H3_SKIP_TAKEN);
         return;
     }
