@@ -734,9 +734,11 @@ extern const char h3_verify_running[];
  * op is to run into scratch (h3_verify_outputs), else a fallback reason. */
 const char *h3_verify_begin(const struct h3_op_range *r, const struct h3_sig *sig, const struct h3_deferred *at);
 /* For ops, just before their kernel launches: moves each output *ptr[k]
- * (bytes[k] bytes, elements of elem[k]; 0: not written) into scratch while
- * the thread's run is verified.  NULL, or why not (then launch nothing). */
-const char *h3_verify_outputs(uint64_t *const *ptr, const uint64_t *bytes, const unsigned *elem, unsigned n);
+ * (bytes[k] bytes, elements of elem[k], written by held launch by[k]; 0:
+ * not written) into scratch while the thread's run is verified.  NULL, or
+ * why not (then launch nothing). */
+const char *h3_verify_outputs(uint64_t *const *ptr, const uint64_t *bytes, const unsigned *elem,
+                              const struct h3_deferred *const *by, unsigned n);
 /* Whether this thread's op run is one going into scratch. */
 bool h3_verify_active(void);
 /* After the op's run under h3_verify_running: h3_verify_running when it ran

@@ -174,12 +174,13 @@ static bool h3_nc_outputs(struct h3_nc_args *a, uint64_t dead)
 }
 
 /* The norm and its cast as one launch of h3_rmsnorm_f32 on the norm's stream. */
-static const char *h3_nc_launch(const struct h3_deferred *norm, struct h3_nc_args *a)
+static const char *h3_nc_launch(const struct h3_deferred *norm, const struct h3_deferred *cast, struct h3_nc_args *a)
 {
     const uint64_t f32 = (uint64_t)a->rows * (uint64_t)a->n * 4;
     const char *why = h3_verify_outputs((uint64_t *const[]){&a->y, &a->rstd, &a->out},
                                         (const uint64_t[]){f32, (uint64_t)a->rows * 4, f32 / 2},
-                                        (const unsigned[]){4, 4, 2}, 3);
+                                        (const unsigned[]){4, 4, 2}, (const struct h3_deferred *const[]){norm, norm, cast},
+                                        3);
     if (why != NULL)
         return why;
     void *args[] = {&a->x, &a->gamma, &a->eps, &a->n, &a->y, &a->rstd, &a->out};
@@ -195,7 +196,7 @@ static const char *h3_nc_run(const struct h3_op_range *r, const struct h3_deferr
     const char *why = h3_nc_read(norm, cast, &a);
     if (why != NULL)
         return why;
-    return h3_nc_outputs(&a, h3_nc_dead(&a, norm, cast)) ? h3_nc_launch(norm, &a) : "aliased";
+    return h3_nc_outputs(&a, h3_nc_dead(&a, norm, cast)) ? h3_nc_launch(norm, cast, &a) : "aliased";
 }
 
 const struct h3_op h3_op_norm_cast = {
@@ -376,13 +377,13 @@ static const char *h3_rn_launch(const struct h3_deferred *like, unsigned rows, b
 }
 
 /* The residual kernel with the norm after it, over the launches `l` and the norm `a` read. */
-static const char *h3_rn_launch_fused(const struct h3_deferred *like, struct h3_rn_launches *l, long long *b_stride,
-                                      struct h3_nc_args *a, bool staged)
+static const char *h3_rn_launch_fused(const struct h3_deferred *like, const struct h3_deferred *const by[5],
+                                      struct h3_rn_launches *l, long long *b_stride, struct h3_nc_args *a, bool staged)
 {
     const uint64_t f32 = (uint64_t)a->rows * (uint64_t)a->n * 4;
     const char *why = h3_verify_outputs((uint64_t *const[]){&l->p, &l->h_out, &a->y, &a->rstd, &a->out},
                                         (const uint64_t[]){f32, f32, f32, (uint64_t)a->rows * 4, f32 / 2},
-                                        (const unsigned[]){4, 4, 4, 4, 2}, 5);
+                                        (const unsigned[]){4, 4, 4, 4, 2}, by, 5);
     if (why != NULL)
         return why;
     void *args[] = {&l->b16, b_stride, &l->scale, &l->h, &l->p, &l->h_out, &a->gamma, &a->eps, &a->n, &a->y,
@@ -428,7 +429,7 @@ static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struc
     if (freed & 1)
         l.p = 0;
     const char *why = h3_verify_outputs((uint64_t *const[]){&l.p, &l.h_out}, (const uint64_t[]){f32, f32},
-                                        (const unsigned[]){4, 4}, 2);
+                                        (const unsigned[]){4, 4}, (const struct h3_deferred *const[]){mul, add}, 2);
     if (why != NULL)
         return why;
     int n = (int)l.width;
@@ -475,7 +476,8 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         return "unaligned";
     long long b_stride = l.b_row / 2;
     const char *clash, *staged_clash;
-    const uint64_t dead = h3_rn_dead(&a, &l, (const struct h3_deferred *[5]){mul, add, norm, norm, cast});
+    const struct h3_deferred *const by[5] = {mul, add, norm, norm, cast};
+    const uint64_t dead = h3_rn_dead(&a, &l, by);
     if (!h3_rn_fusable(&a, l.b16, b_stride, l.scale, l.h, &l.p, &l.h_out, false, dead, &clash)) {
         /* Outputs in b16's memory: the staged kernel, on copies of what the
          * check changes (a failed check changes nothing), so that the
@@ -483,7 +485,7 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
         struct h3_nc_args sa = a;
         struct h3_rn_launches sl = l;
         if (h3_rn_fusable(&sa, sl.b16, b_stride, sl.scale, sl.h, &sl.p, &sl.h_out, true, dead, &staged_clash) &&
-            h3_rn_launch_fused(norm, &sl, &b_stride, &sa, true) == NULL) {
+            h3_rn_launch_fused(norm, by, &sl, &b_stride, &sa, true) == NULL) {
             h3_op_note(&h3_op_residual_norm, "staged");
             return NULL;
         }
@@ -496,13 +498,13 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
             return why;
         h3_issue(mul, 1);
         h3_issue(add, 1);
-        why = h3_nc_launch(norm, &a);
+        why = h3_nc_launch(norm, cast, &a);
         if (why != NULL) /* the mul and add were issued: the norm and cast must follow */
             h3_issue(norm, 1), h3_issue(cast, 1);
         h3_op_note(&h3_op_residual_norm, clash);
         return NULL;
     }
-    return h3_rn_launch_fused(norm, &l, &b_stride, &a, false);
+    return h3_rn_launch_fused(norm, by, &l, &b_stride, &a, false);
 }
 
 const struct h3_op h3_op_residual_norm = {

@@ -326,16 +326,20 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
                                            : "h3_qk_norm_rope_f16x4";
     /* Verify mode: every field written moves to scratch (h3_verify_outputs). */
     static const uint16_t per_row[10] = {256, 256, 4, 128, 96, 48, 96, 96, 96, 128};
+    static const uint8_t made_by[10] = {C_COPY, C_NORM, C_NORM, C_CAST, R_MUL1, R_NEG, R_CAT1, R_MUL2, R_ADD, R_CAT2};
     uint64_t field[20], bytes[20], *at[20];
     unsigned elem[20];
+    const struct h3_deferred *by[20];
     for (unsigned k = 0; k < 20; k++) {
         void **f = (void **)&p.side[k / 10];
-        field[k] = (uint64_t)(uintptr_t)f[k % 10];
-        bytes[k] = per_row[k % 10] * (uint64_t)rows;
-        elem[k] = k % 10 < 3 ? 4 : 2;
+        unsigned side = k / 10, i = k % 10;
+        field[k] = (uint64_t)(uintptr_t)f[i];
+        bytes[k] = per_row[i] * (uint64_t)rows;
+        elem[k] = i < 3 ? 4 : 2;
         at[k] = &field[k];
+        by[k] = &calls[i < 4 ? QK_C(side, made_by[i]) : QK_R(side, made_by[i])];
     }
-    const char *why = h3_verify_outputs(at, bytes, elem, 20);
+    const char *why = h3_verify_outputs(at, bytes, elem, by, 20);
     if (why != NULL)
         return why;
     for (unsigned k = 0; k < 20; k++)

@@ -96,7 +96,7 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     /* Eight elements per thread where every access can be 16 bytes wide. */
     const bool wide = width % 8 == 0 && stride % 8 == 0 && (gate | up | silu_out | out) % 16 == 0;
     const char *why = h3_verify_outputs((uint64_t *const[]){&silu_out, &out}, (const uint64_t[]){dense, dense},
-                                        (const unsigned[]){2, 2}, 2);
+                                        (const unsigned[]){2, 2}, (const struct h3_deferred *const[]){silu, mul}, 2);
     if (why != NULL)
         return why;
     void *args[] = {&gate, &up, &stride, &silu_out, &out, &rows, &width};

@@ -35,7 +35,7 @@
 #include "../kernels/verify_params.h"
 
 /* Runs compared at once, per process; ranges whose counts are kept. */
-#define H3_VERIFY_SLOTS 8
+#define H3_VERIFY_SLOTS 16
 #define H3_VERIFY_RANGES 1024
 /* H3SHIM_VERIFY unset: runs compared where an op runs on an SM it is not validated on. */
 #define H3_VERIFY_AUTO 3
@@ -62,7 +62,8 @@ struct h3_verify_slot {
     size_t cap;
     const void *stream;
     bool ptsz;
-    struct h3_free_mark made; /* the thread's frees at the range's first call */
+    struct h3_free_mark made[H3_VERIFY_OUTPUTS]; /* the thread's frees when each output's launch was held */
+    unsigned compared;                           /* outputs whose comparison was issued */
     const void *owner; /* the thread whose run it holds (its h3_verify_filling's address) */
     const struct h3_op *op;
     const void *range;
@@ -178,6 +179,15 @@ static void h3_verify_settle(struct h3_verify_slot *s)
                     s->batch.n, (unsigned long long)s->batch.bytes[k], r->first / (elem ? elem : 1), (int)(2 * elem),
                     (unsigned long long)a, (int)(2 * elem), (unsigned long long)b);
     }
+    if (equal && s->compared == 0) {
+        /* Every output was freed before it could be compared: nothing
+         * learned, the run does not count (the range stays unverified). */
+        atomic_fetch_add(&h3_verify.unread[i], 1);
+        if (e != NULL)
+            atomic_fetch_sub(&e->inflight, 1);
+        s->state = 0;
+        return;
+    }
     atomic_fetch_add(equal ? &h3_verify.equal[i] : &h3_verify.differed[i], 1);
     if (e != NULL) {
         atomic_fetch_sub(&e->inflight, 1);
@@ -229,14 +239,18 @@ static void h3_verify_poll(bool wait)
 static struct h3_verify_slot *h3_verify_slot_get(CUcontext ctx)
 {
     struct h3_verify_slot *fresh = NULL;
+    unsigned mine = 0;
     for (unsigned k = 0; k < H3_VERIFY_SLOTS; k++) {
         struct h3_verify_slot *s = &h3_verify.slot[k];
         if (s->state == 0 && s->ctx == ctx && !s->doomed)
             return s;
+        mine += s->ctx == ctx;
         if (s->state == 0 && s->ctx == NULL && fresh == NULL)
             fresh = s;
     }
-    if (fresh == NULL)
+    /* A context binds at most a quarter of the slots, so that others (a
+     * second GPU) find some. */
+    if (fresh == NULL || mine >= H3_VERIFY_SLOTS / 4)
         return NULL;
     __typeof__(&cuEventCreate) create = H3_LIB_FN(CUDA, cuEventCreate);
     __typeof__(&cuMemAlloc_v2) alloc = H3_LIB_FN(CUDA, cuMemAlloc_v2);
@@ -280,8 +294,9 @@ const char *h3_verify_begin(const struct h3_op_range *r, const struct h3_sig *si
         return "verify_no_context";
     struct h3_verify_range *e = h3_verify_range_of(r, ctx, false);
     if (e != NULL && atomic_load_explicit(&e->passed, memory_order_acquire) >= want &&
-        atomic_load_explicit(&e->inflight, memory_order_acquire) == 0)
-        return NULL; /* verified, nothing still to read */
+        atomic_load_explicit(&e->inflight, memory_order_acquire) == 0 &&
+        !atomic_load_explicit(&h3_verify.off[i], memory_order_acquire))
+        return NULL; /* verified, nothing still to read (and no difference found meanwhile) */
     pthread_mutex_lock(&h3_verify.lock);
     if (e == NULL)
         e = h3_verify_range_of(r, ctx, true);
@@ -317,7 +332,6 @@ const char *h3_verify_begin(const struct h3_op_range *r, const struct h3_sig *si
         s->stream = at->stream;
         s->ptsz = at->fn == H3_FN___cudaLaunchKernel_ptsz || at->fn == H3_FN_cudaLaunchKernel_ptsz ||
                   at->fn == H3_FN_cuLaunchKernel_ptsz;
-        s->made = at->made;
         atomic_fetch_add(&e->inflight, 1);
         h3_verify_filling = s;
     }
@@ -325,7 +339,8 @@ const char *h3_verify_begin(const struct h3_op_range *r, const struct h3_sig *si
     return why;
 }
 
-const char *h3_verify_outputs(uint64_t *const *ptr, const uint64_t *bytes, const unsigned *elem, unsigned n)
+const char *h3_verify_outputs(uint64_t *const *ptr, const uint64_t *bytes, const unsigned *elem,
+                              const struct h3_deferred *const *by, unsigned n)
 {
     struct h3_verify_slot *s = h3_verify_filling;
     if (s == NULL)
@@ -375,6 +390,7 @@ const char *h3_verify_outputs(uint64_t *const *ptr, const uint64_t *bytes, const
             s->batch.got[j] = (const void *)(uintptr_t)got;
             s->batch.elem[j] = elem[k];
             s->batch.bytes[j] = bytes[k];
+            s->made[j] = by[k]->made;
             *ptr[k] = got;
         }
     }
@@ -408,8 +424,14 @@ const char *h3_verify_ran(const char *why)
     if (s == NULL)
         return why;
     pthread_mutex_lock(&h3_verify.lock);
-    if (s->state != 1) {
-        why = why != NULL ? why : "verify_released"; /* its context was let go meanwhile */
+    if (s->doomed) {
+        /* Its context was let go meanwhile: nothing is compared, and the
+         * calls run as made (if the context still takes them); its scratch
+         * went with the context. */
+        h3_verify.bytes -= s->cap;
+        s->scratch = 0, s->cap = 0;
+        h3_verify_drop(s, true);
+        why = why != NULL ? why : "verify_released";
     } else if (why == NULL && s->batch.n > 0) {
         s->state = 2;
         why = h3_verify_running;
@@ -439,12 +461,19 @@ void h3_verify_finish(const struct h3_op_range *r, const struct h3_deferred *las
 {
     pthread_mutex_lock(&h3_verify.lock);
     struct h3_verify_slot *s = h3_verify_armed(r);
+    if (s != NULL && s->doomed) { /* its context was let go while its calls were issued */
+        h3_verify.bytes -= s->cap;
+        s->scratch = 0, s->cap = 0;
+        h3_verify_drop(s, true);
+        s = NULL;
+    }
     if (s == NULL) {
         pthread_mutex_unlock(&h3_verify.lock);
         return;
     }
     s->batch.first = (unsigned long long *)(uintptr_t)s->first;
     s->batch.out = s->record;
+    s->compared = 0;
     CUstream stream = (CUstream)(uintptr_t)s->stream;
     __typeof__(&cuMemsetD32Async) set = H3_LIB_FN(CUDA, cuMemsetD32Async);
     __typeof__(&cuMemsetD32Async_ptsz) set_ptsz = H3_LIB_FN(CUDA, cuMemsetD32Async_ptsz);
@@ -454,13 +483,16 @@ void h3_verify_finish(const struct h3_op_range *r, const struct h3_deferred *las
                           ? "memset"
                           : NULL;
     for (unsigned k = 0; k < s->batch.n && why == NULL; k++) {
-        /* An output the allocator reported freed since the range began may
-         * hold another tensor by now (a weight cast between a norm and its
-         * cast): not compared, its word stays all ones. */
+        /* An output the allocator reported freed since the launch that
+         * wrote it was held may hold another tensor by now (a weight cast
+         * between a norm and its cast): not compared, its word stays all
+         * ones.  (Memory freed before that launch and given to its output
+         * is the output's: compared.) */
         struct h3_span out = {(uint64_t)(uintptr_t)s->batch.ref[k],
                               (uint64_t)(uintptr_t)s->batch.ref[k] + s->batch.bytes[k]};
-        if (h3_released_since(s->made, out))
+        if (h3_released_since(s->made[k], out))
             continue;
+        s->compared++;
         unsigned long long bytes = s->batch.bytes[k];
         unsigned long long *first = s->batch.first + k;
         void *args[] = {&s->batch.ref[k], &s->batch.got[k], &bytes, &first};
@@ -531,8 +563,9 @@ unsigned h3_verify_release(int device, const void *ctx, bool alive)
     unsigned n = 0;
     for (unsigned k = 0; k < H3_VERIFY_SLOTS; k++) {
         struct h3_verify_slot *s = &h3_verify.slot[k];
-        if (s->ctx == NULL || (device >= 0 && s->device != device) || (ctx != NULL && (const void *)s->ctx != ctx))
-            continue;
+        if (s->ctx == NULL || s->doomed || (device >= 0 && s->device != device) ||
+            (ctx != NULL && (const void *)s->ctx != ctx))
+            continue; /* another's, or one let go already (never used again) */
         n++;
         if (s->state == 1 || s->state == 2) {
             s->doomed = true; /* a thread's group run holds it now; that run ends it */
