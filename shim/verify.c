@@ -88,6 +88,7 @@ static struct {
     atomic_bool off[H3_OPS_MAX];                /* a difference was found: the op is off */
     atomic_ulong compared[H3_OPS_MAX], equal[H3_OPS_MAX], differed[H3_OPS_MAX], unread[H3_OPS_MAX];
     atomic_ulong ranges_verified[H3_OPS_MAX];
+    atomic_ulong outputs[H3_OPS_MAX], freed[H3_OPS_MAX]; /* outputs compared, and left out (freed first) */
     atomic_ulong polls;
 } h3_verify = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -179,6 +180,8 @@ static void h3_verify_settle(struct h3_verify_slot *s)
                     s->batch.n, (unsigned long long)s->batch.bytes[k], r->first / (elem ? elem : 1), (int)(2 * elem),
                     (unsigned long long)a, (int)(2 * elem), (unsigned long long)b);
     }
+    atomic_fetch_add(&h3_verify.outputs[i], s->compared);
+    atomic_fetch_add(&h3_verify.freed[i], s->batch.n - s->compared);
     if (equal && s->compared == 0) {
         /* Every output was freed before it could be compared: nothing
          * learned, the run does not count (the range stays unverified). */
@@ -597,11 +600,12 @@ void h3_verify_print_stats(void (*line)(const char *fmt, ...))
             continue;
         unsigned want = h3_verify_runs(op);
         line("verify: op %-12s %u runs a range; %lu compared, %lu equal, %lu differing, %lu not read; %lu ranges "
-             "verified%s",
+             "verified%s; %lu outputs compared, %lu not (freed first)",
              op->name, want, atomic_load(&h3_verify.compared[i]), atomic_load(&h3_verify.equal[i]),
              atomic_load(&h3_verify.differed[i]), atomic_load(&h3_verify.unread[i]),
              atomic_load(&h3_verify.ranges_verified[i]),
-             atomic_load(&h3_verify.off[i]) ? "; off (a difference)" : op->unverified ? "; not compared (no kernel of its own)" : "");
+             atomic_load(&h3_verify.off[i]) ? "; off (a difference)" : op->unverified ? "; not compared (no kernel of its own)" : "",
+             atomic_load(&h3_verify.outputs[i]), atomic_load(&h3_verify.freed[i]));
     }
 }
 
@@ -614,6 +618,8 @@ void h3_verify_reset(void)
         atomic_store(&h3_verify.differed[i], 0);
         atomic_store(&h3_verify.unread[i], 0);
         atomic_store(&h3_verify.ranges_verified[i], 0);
+        atomic_store(&h3_verify.outputs[i], 0);
+        atomic_store(&h3_verify.freed[i], 0);
     }
     for (unsigned k = 0; k < H3_VERIFY_RANGES; k++) {
         atomic_store(&h3_verify.range[k].key, NULL);

@@ -75,9 +75,11 @@ def parse(stats):
         out["host_ns_quantiles"] = {"p50": v[0:2], "p90": v[2:4], "p99": v[4:6]}
     out["verify"] = {}  # verify mode (H3SHIM_VERIFY): per op, its runs compared and what they found
     for m in re.finditer(r"verify: op (\S+)\s+(\d+) runs a range; (\d+) compared, (\d+) equal, (\d+) differing, "
-                         r"(\d+) not read; (\d+) ranges verified(; off)?", stats or ""):
+                         r"(\d+) not read; (\d+) ranges verified(; off)?[^;\n]*(?:; (\d+) outputs compared)?",
+                         stats or ""):
         out["verify"][m.group(1)] = dict(zip(("runs", "compared", "equal", "differing", "unread", "ranges"),
-                                             map(int, m.groups()[1:7])), off=m.group(8) is not None)
+                                             map(int, m.groups()[1:7])), off=m.group(8) is not None,
+                                         outputs=int(m.group(9)) if m.group(9) else None)
     out["verify_warnings"] = re.findall(r"WARN (verify: op .*)", stats or "")
     out["plan"] = {}  # per op: the places it takes in a block, as many as in the signature planned most
     for m in re.finditer(r"plan \S+/(block\S*): op (\S+) takes calls", stats or ""):
@@ -207,8 +209,9 @@ def verify_verdict(stats, blocks, ops, wrong=()):
                 w.startswith(f"verify: op {op} differs") for w in s["verify_warnings"])
         elif op == "weight_cache":
             op_ok = runs > 0 and compared == 0
-        else:
-            op_ok = compared >= 1 and v.get("differing", 1) == 0 and v.get("unread", 0) == 0 and runs > 0
+        else:  # (outputs compared: counted since the second review; None in older tables)
+            op_ok = (compared >= 1 and v.get("differing", 1) == 0 and v.get("unread", 0) == 0 and runs > 0
+                     and v.get("outputs") != 0)
         ok &= covered and op_ok and not other
         parts.append(f"{op} fused {runs}, compared {compared} ({v.get('equal', 0)} equal, {v.get('differing', 0)} "
                      f"differing{', off' if v.get('off') else ''}), verify fallbacks {verify_fb}, of {want[op]}"

@@ -76,6 +76,12 @@ class VerifyVerdict(unittest.TestCase):
     def test_never_compared_fails(self):
         self.assertFalse(shimstats.verify_verdict(self.table(9, 0, 0, 0), 9, ["swiglu"])[0])
 
+    def test_runs_that_compared_no_output_fail(self):
+        t = self.table(5, 3, 3, 0, [("verify_busy", 1)]).replace("ranges verified", "ranges verified; 0 outputs compared, 6 not (freed first)")
+        self.assertFalse(shimstats.verify_verdict(t, 9, ["swiglu"])[0])
+        t = self.table(5, 3, 3, 0, [("verify_busy", 1)]).replace("ranges verified", "ranges verified; 3 outputs compared, 0 not (freed first)")
+        self.assertTrue(shimstats.verify_verdict(t, 9, ["swiglu"])[0])
+
 
 class OpsVerdict(unittest.TestCase):
     def test_every_place_run(self):

@@ -2465,7 +2465,10 @@ START_TEST(verify_mode_compares_then_fuses)
         "op qk_norm_rope 7 groups run", "op weight_cache 36 groups run",
         "verify: op swiglu       2 runs a range; 2 compared, 2 equal, 0 differing, 0 not read; 1 ranges verified",
         "verify: op residual_norm 2 runs a range; 4 compared, 4 equal, 0 differing, 0 not read; 2 ranges verified",
-        "verify: op qk_norm_rope 2 runs a range; 2 compared, 2 equal, 0 differing, 0 not read; 1 ranges verified",
+        "verify: op qk_norm_rope 2 runs a range; 2 compared, 2 equal, 0 differing, 0 not read; 1 ranges verified; "
+        "4 outputs compared, 0 not (freed first)",
+        "verify: op norm_cast    2 runs a range; 2 compared, 2 equal, 0 differing, 0 not read; 1 ranges verified; "
+        "4 outputs compared",
         "verify: op weight_cache 2 runs a range; 0 compared", "not compared (no kernel of its own)"};
     for (size_t i = 0; i < H3_ARRAY_LEN_T(want); i++)
         ck_assert_msg(strstr(stats, want[i]) != NULL, "expected '%s' in\n%s", want[i], tail_of(stats));
