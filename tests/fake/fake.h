@@ -83,6 +83,11 @@ struct fake_kernel {
     void (*fn)(void **params);
 };
 
+/* The fake driver's contexts: device 0's (current on every thread unless
+ * set otherwise) and device 1's (fake_cuda.c). */
+#define FAKE_CTX_DEVICE_0 0xc0c0u
+#define FAKE_CTX_DEVICE_1 0xc1c0u
+
 /* The kernel registry (libh3fakelog.so): handles are checked against it,
  * never dereferenced blindly. */
 void fake_kernel_init(struct fake_kernel *k, const char *name, unsigned nparams, const size_t *sizes,

@@ -24,6 +24,8 @@
 /* The kernels of the fake module (see cuModuleLoadData below). */
 static struct fake_kernel fake_module_kernels[11];
 
+static CUcontext fake_current(void); /* this thread's current context (below) */
+
 /*
  * Device memory the shim allocates (cuMemAlloc_v2) is host memory, zeroed,
  * and known here, so that the fakes can write it as the GPU would: memsets
@@ -129,6 +131,10 @@ static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, u
             h = (h ^ ((const unsigned char *)params[i])[b]) * 0x100000001b3ull;
     uint64_t words[10] = {(uint64_t)(uintptr_t)handle, gx, gy, gz, bx, by, bz, shmem, (uint64_t)(uintptr_t)stream, h};
     fakelog_call("cuda", "exec", 10, words, 0);
+    if (fake_current() != (CUcontext)(uintptr_t)FAKE_CTX_DEVICE_0) { /* a kernel run in another context than device 0's */
+        uint64_t ctx = (uint64_t)(uintptr_t)fake_current();
+        fakelog_call("cuda", "exec_ctx", 1, &ctx, 0);
+    }
     fake_grid_x = gx;
     if (params != NULL)
         fake_wrong_writes(k, params);
@@ -170,7 +176,7 @@ FAKE_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t *offs
 
 FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
 {
-    *dev = 0;
+    *dev = fake_current() == (CUcontext)(uintptr_t)FAKE_CTX_DEVICE_1 ? 1 : 0;
     return CUDA_SUCCESS;
 }
 
@@ -268,10 +274,47 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flag
     return CUDA_SUCCESS;
 }
 
+/* Each thread's stack of current contexts: device 0's unless set (cuCtxSetCurrent) or pushed. */
+static __thread CUcontext fake_ctx_stack[8];
+static __thread int fake_nctx;
+
+static CUcontext fake_current(void)
+{
+    return fake_nctx > 0 ? fake_ctx_stack[fake_nctx - 1] : (CUcontext)(uintptr_t)FAKE_CTX_DEVICE_0;
+}
+
 /* No context is current while FAKE_NO_CONTEXT is set. */
 FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx)
 {
-    *ctx = getenv("FAKE_NO_CONTEXT") != NULL ? NULL : (CUcontext)0xc0c0;
+    *ctx = getenv("FAKE_NO_CONTEXT") != NULL ? NULL : fake_current();
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    if (fake_nctx == 0)
+        fake_nctx = 1;
+    fake_ctx_stack[fake_nctx - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    if (fake_nctx == 8)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (fake_nctx == 0) /* the implicit device 0's below it */
+        fake_ctx_stack[fake_nctx++] = (CUcontext)(uintptr_t)FAKE_CTX_DEVICE_0;
+    fake_ctx_stack[fake_nctx++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *ctx)
+{
+    if (fake_nctx == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext top = fake_ctx_stack[--fake_nctx];
+    if (ctx != NULL)
+        *ctx = top;
     return CUDA_SUCCESS;
 }
 

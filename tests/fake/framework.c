@@ -531,6 +531,13 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
         cudaIpcMemHandle_t h;
         return cudaIpcGetMemHandle(&h, (void *)ptr);
     }
+    case FW_INSERT_DEVICE_SWITCH: {
+        if (cuCtxSetCurrent((CUcontext)FAKE_CTX_DEVICE_1) != CUDA_SUCCESS)
+            return 1;
+        long long r = __cudaLaunchKernel((cudaKernel_t)&fw_kernel, one, one, args, 0,
+                                         (cudaStream_t)((uintptr_t)stream + 0x20000));
+        return cuCtxSetCurrent((CUcontext)FAKE_CTX_DEVICE_0) != CUDA_SUCCESS ? 1 : r;
+    }
     case FW_INSERT_MODULE_RELOAD: {
         static struct fake_kernel reused; /* one handle, two kernels in turn */
         static const size_t one[1] = {8};

@@ -40,6 +40,8 @@ enum fw_insert {
     FW_INSERT_IPC_EXPORT,   /* cudaIpcGetMemHandle of insert_ptr (another process may write there) */
     FW_INSERT_MODULE_RELOAD, /* a launch of a kernel, its module unloaded, and a launch of another kernel the
                                 driver gave the same handle */
+    FW_INSERT_DEVICE_SWITCH, /* cuCtxSetCurrent to device 1's context, a launch there on another stream, and back
+                                to device 0's (a tensor moved to cuda:1 and used there, as a device map does) */
     FW_INSERT_COUNT
 };
 

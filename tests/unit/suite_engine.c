@@ -414,7 +414,7 @@ END_TEST
 static const char *const t_insert_names[FW_INSERT_COUNT] = {
     "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream", "nccl", "copy_2d", "callback",
     "other_thread", "device_reset", "cat", "cat_into", "ctx_pair", "ctx_release", "swap", "kernel_extra",
-    "ipc_export", "module_reload",
+    "ipc_export", "module_reload", "device_switch",
 };
 
 /* The groups of the instance that a call inserted before its call p
@@ -430,7 +430,7 @@ static int groups_lost(enum fw_insert what, int p)
             first--;
         if (what == FW_INSERT_IPC_EXPORT) /* a configuration call: it neither submits nor synchronises */
             continue;
-        if (what == FW_INSERT_OTHER_STREAM || what == FW_INSERT_OTHER_THREAD)
+        if (what == FW_INSERT_OTHER_STREAM || what == FW_INSERT_OTHER_THREAD || what == FW_INSERT_DEVICE_SWITCH)
             lost += first < p && p <= j; /* flushed, the instance goes on */
         else
             lost += p >= 1 && p < T_BLOCK && j >= p; /* the instance is broken there */
