@@ -129,12 +129,10 @@ static CUresult run(const void *handle, unsigned gx, unsigned gy, unsigned gz, u
     for (unsigned i = 0; i < k->nparams && params != NULL; i++)
         for (size_t b = 0; b < k->sizes[i]; b++)
             h = (h ^ ((const unsigned char *)params[i])[b]) * 0x100000001b3ull;
-    uint64_t words[10] = {(uint64_t)(uintptr_t)handle, gx, gy, gz, bx, by, bz, shmem, (uint64_t)(uintptr_t)stream, h};
-    fakelog_call("cuda", "exec", 10, words, 0);
-    if (fake_current() != (CUcontext)(uintptr_t)FAKE_CTX_DEVICE_0) { /* a kernel run in another context than device 0's */
-        uint64_t ctx = (uint64_t)(uintptr_t)fake_current();
-        fakelog_call("cuda", "exec_ctx", 1, &ctx, 0);
-    }
+    /* A kernel run in another context than device 0's says which, as an 11th word (one entry: threads interleave). */
+    uint64_t words[11] = {(uint64_t)(uintptr_t)handle, gx, gy, gz, bx, by, bz, shmem, (uint64_t)(uintptr_t)stream, h,
+                          (uint64_t)(uintptr_t)fake_current()};
+    fakelog_call("cuda", "exec", fake_current() != (CUcontext)(uintptr_t)FAKE_CTX_DEVICE_0 ? 11 : 10, words, 0);
     fake_grid_x = gx;
     if (params != NULL)
         fake_wrong_writes(k, params);

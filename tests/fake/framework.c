@@ -585,10 +585,22 @@ FAKE_EXPORT long fw_replay(const char *path, long *bad_line)
     return fw_replay_with(path, NULL, bad_line);
 }
 
+static long fw_replay_file(const char *path, const struct fw_replay_opts *o, long *bad_line);
+
 FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *opts, long *bad_line)
 {
-    struct fw_replay_opts none = {-1, FW_INSERT_NONE, 0, 0, 0};
+    struct fw_replay_opts none = {-1, FW_INSERT_NONE, 0, 0, 0, 0};
     const struct fw_replay_opts *o = opts != NULL ? opts : &none;
+    if (o->device == 1 && cuCtxSetCurrent((CUcontext)FAKE_CTX_DEVICE_1) != CUDA_SUCCESS)
+        return -1;
+    long n = fw_replay_file(path, o, bad_line);
+    if (o->device == 1)
+        cuCtxSetCurrent((CUcontext)FAKE_CTX_DEVICE_0);
+    return n;
+}
+
+static long fw_replay_file(const char *path, const struct fw_replay_opts *o, long *bad_line)
+{
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return -1;
@@ -651,9 +663,9 @@ FAKE_EXPORT long fw_graph(const char *path, const struct fw_graph_opts *o, long 
     cudaStream_t cs = (cudaStream_t)o->capture_stream, ls = (cudaStream_t)o->launch_stream;
     if (cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal) != cudaSuccess)
         return -1;
-    struct fw_replay_opts r = {-1, FW_INSERT_NONE, o->capture_stream, 0, 0};
+    struct fw_replay_opts r = {-1, FW_INSERT_NONE, o->capture_stream, 0, 0, 0};
     if (o->captured_write != 0)
-        r = (struct fw_replay_opts){0, FW_INSERT_KERNEL, o->capture_stream, 0, o->captured_write};
+        r = (struct fw_replay_opts){0, FW_INSERT_KERNEL, o->capture_stream, 0, o->captured_write, 0};
     long n = fw_replay_with(path, &r, bad_line);
     cudaGraph_t g = NULL;
     if (cudaStreamEndCapture(cs, &g) != cudaSuccess || g == NULL || n <= 0)
@@ -661,7 +673,7 @@ FAKE_EXPORT long fw_graph(const char *path, const struct fw_graph_opts *o, long 
     cudaGraphExec_t e = NULL;
     if (cudaGraphInstantiateWithFlags(&e, g, 0) != cudaSuccess || e == NULL)
         return -1;
-    struct fw_replay_opts plain = {-1, FW_INSERT_NONE, 0, 0, 0};
+    struct fw_replay_opts plain = {-1, FW_INSERT_NONE, 0, 0, 0, 0};
     if (o->replay_around && fw_replay_with(path, &plain, bad_line) <= 0)
         return -1;
     for (int i = 1; i <= o->launches; i++) {

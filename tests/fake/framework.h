@@ -52,6 +52,7 @@ struct fw_replay_opts {
     long stop_after;       /* when nonzero, the number of calls to make */
     uintptr_t insert_ptr;  /* FW_INSERT_MEMSET, FW_INSERT_COPY_2D: the address to write; FW_INSERT_KERNEL:
                               when set, the kernel's first parameter */
+    int device;            /* 1: the replay runs with device 1's context current (then device 0's again) */
 };
 
 /* What fw_graph() does: captures a replay on one stream, instantiates it and

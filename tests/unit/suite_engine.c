@@ -58,6 +58,7 @@ static struct {
     const char *replay_before; /* a replay file (relative to the repository) replayed once before it */
     bool capture_elsewhere; /* a capture (global mode) open on stream 0x3000 of this thread while the
                                replay runs on another thread, ended after it */
+    bool second_device; /* with threads 2: the second thread's replay runs on device 1 (its context current) */
 } t_run;
 
 /* One line per executed call: launches as their "exec" entry, library calls
@@ -143,6 +144,7 @@ static void replay_child(void)
         pthread_t th[2];
         struct fw_replay_opts o[2] = {t_run.opts, t_run.opts};
         o[0].stream = 0x1000, o[1].stream = 0x2000;
+        o[1].device = t_run.second_device ? 1 : 0;
         for (int i = 0; i < 2; i++)
             ck_assert_int_eq(pthread_create(&th[i], NULL, replay_thread, &o[i]), 0);
         for (int i = 0; i < 2; i++) {
@@ -449,7 +451,7 @@ START_TEST(foreign_calls_at_every_position_of_a_block)
         if (what == FW_INSERT_SWAP)
             continue;
         for (int p = 0; p <= T_BLOCK; p++) {
-            t_run.opts = (struct fw_replay_opts){t_block.start + p, (enum fw_insert)what, 0, 0, 0};
+            t_run.opts = (struct fw_replay_opts){t_block.start + p, (enum fw_insert)what, 0, 0, 0, 0};
             char tag[64];
             snprintf(tag, sizeof(tag), "%s-%d", t_insert_names[what], p);
             char *base = replay_with("base", t_disabled, NULL);
@@ -499,10 +501,10 @@ START_TEST(two_threads_on_two_streams)
 {
     char *base[2];
     for (int i = 0; i < 2; i++) {
-        t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, i == 0 ? 0x1000 : 0x2000, 0, 0};
+        t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, i == 0 ? 0x1000 : 0x2000, 0, 0, 0};
         base[i] = replay_with(i == 0 ? "base-1000" : "base-2000", t_disabled, NULL);
     }
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0, 0};
     t_run.threads = 2;
     char *stats;
     char *log = replay_with("threads", t_replay_op, &stats);
@@ -1066,7 +1068,7 @@ START_TEST(a_complete_group_waits_for_no_other_thread)
     T_NEEDS_KERNELS();
     static const char *const env[] = {"H3SHIM_OPS=all", NULL};
     t_run.replay = T_REPLAY_FREES;
-    t_run.opts = (struct fw_replay_opts){first_attention_call(), FW_INSERT_OTHER_THREAD, 0, 0, 0};
+    t_run.opts = (struct fw_replay_opts){first_attention_call(), FW_INSERT_OTHER_THREAD, 0, 0, 0, 0};
     char *stats;
     char *log = replay_with("frees-other-thread", env, &stats);
     t_run.replay = NULL;
@@ -1274,7 +1276,7 @@ START_TEST(held_back_launches_are_issued_when_their_thread_exits)
     /* A thread stops in the middle of a group (calls 35-36 of the fifth
      * instance held back) and exits: the launches are issued then. */
     learn_block();
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, t_block.start + 37, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, t_block.start + 37, 0, 0};
     char *base = replay_with("base", t_disabled, NULL);
     t_run.threads = 1;
     char *stats;
@@ -1293,7 +1295,7 @@ END_TEST
 START_TEST(a_fork_child_does_not_issue_the_parents_held_back_launches)
 {
     learn_block();
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, t_block.start + 37, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, t_block.start + 37, 0, 0};
     t_run.fork_after = true;
     t_run.log_child = t_path("log-child.txt");
     char *base = replay_with("base", t_disabled, NULL);
@@ -1835,10 +1837,10 @@ static uintptr_t fifth_weight(void)
  * `want` (NULL-terminated).  Returns the fakes' log. */
 static char *replay_wc_after_insert(const char *tag, enum fw_insert what, uintptr_t ptr, const char *const *want)
 {
-    t_run.opts = (struct fw_replay_opts){t_block.start, what, 0, 0, ptr};
+    t_run.opts = (struct fw_replay_opts){t_block.start, what, 0, 0, ptr, 0};
     char *stats;
     char *log = replay_with(tag, t_wc, &stats);
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0, 0};
     for (; *want != NULL; want++)
         ck_assert_msg(strstr(stats, *want) != NULL, "%s: expected '%s' in\n%s", tag, *want, tail_of(stats));
     free(stats);
@@ -1967,12 +1969,12 @@ END_TEST
  * of keeping the old kernel's description. */
 START_TEST(a_kernel_handle_reused_after_an_unload_is_described_again)
 {
-    t_run.opts = (struct fw_replay_opts){5, FW_INSERT_MODULE_RELOAD, 0, 0, 0};
+    t_run.opts = (struct fw_replay_opts){5, FW_INSERT_MODULE_RELOAD, 0, 0, 0, 0};
     t_run.trace = t_path("trace-reload.jsonl");
     static const char *const env[] = {"H3SHIM_OPS=none", NULL};
     char *stats;
     free(replay_with("reload", env, &stats));
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0, 0};
     char *trace = t_read_file(t_run.trace, NULL);
     t_run.trace = NULL;
     ck_assert(trace != NULL);
@@ -2325,7 +2327,7 @@ START_TEST(learning_survives_foreign_calls)
     for (size_t w = 0; w < H3_ARRAY_LEN_T(what); w++)
         for (size_t p = 0; p < H3_ARRAY_LEN_T(at); p++) {
             /* The second block begins at replay call 36 + 42. */
-            t_run.opts = (struct fw_replay_opts){36 + T_BLOCK + at[p], what[w], 0, 0, 0};
+            t_run.opts = (struct fw_replay_opts){36 + T_BLOCK + at[p], what[w], 0, 0, 0, 0};
             char tag[64];
             snprintf(tag, sizeof(tag), "learning-%s-%d", t_insert_names[what[w]], at[p]);
             char *stats = learning_run(tag, T_REPLAY_FREES_CASTS, false);
@@ -2335,7 +2337,7 @@ START_TEST(learning_survives_foreign_calls)
             ck_assert_msg(strstr(stats, "WARN") == NULL && strstr(stats, "fallback") == NULL, "%s", tail_of(stats));
             free(stats);
         }
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0, 0};
 }
 END_TEST
 
@@ -2379,6 +2381,43 @@ START_TEST(a_mutated_block_is_learned_not_fused)
     ck_assert_msg(strstr(stats, "groups run (0 calls)") != NULL && strstr(stats, "engine: 0 launches deferred") != NULL,
                   "%s", tail_of(stats));
     free(stats);
+}
+END_TEST
+
+/* Two threads, one a device each (as DataParallel's replicas, or a thread
+ * per GPU): every launch each made, its fused ops' kernels and its held
+ * launches issued at the group's end or at the thread's exit, runs in its
+ * own device's context (the fakes add the context to a kernel run in
+ * another than device 0's), and both threads' blocks are fused. */
+START_TEST(two_threads_on_two_devices)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    t_run.threads = 2, t_run.second_device = true;
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    char *stats;
+    char *log = replay_with("two-devices", env, &stats);
+    t_run.threads = 0, t_run.second_device = false, t_run.replay = NULL;
+    size_t on[2] = {0, 0}, in_device_1[2] = {0, 0};
+    char *copy = strdup(log), *save = NULL;
+    for (char *l = strtok_r(copy, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
+        unsigned long w[11];
+        int n = sscanf(l, "exec %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx %lx", &w[0], &w[1], &w[2], &w[3], &w[4],
+                       &w[5], &w[6], &w[7], &w[8], &w[9], &w[10]);
+        if (n < 10 || (w[8] != 0x1000 && w[8] != 0x2000))
+            continue;
+        on[w[8] == 0x2000]++;
+        in_device_1[w[8] == 0x2000] += n == 11 && w[10] == 0xc1c0; /* an 11th word: run in that context */
+    }
+    free(copy);
+    ck_assert_msg(on[0] > 100 && on[1] > 100, "executions on the two streams: %zu, %zu", on[0], on[1]);
+    ck_assert_msg(in_device_1[0] == 0 && in_device_1[1] == on[1],
+                  "device 0's thread: %zu of %zu runs in device 1's context; device 1's: %zu of %zu", in_device_1[0],
+                  on[0], in_device_1[1], on[1]);
+    ck_assert_msg(strstr(stats, "op qk_norm_rope 18 groups run") != NULL && strstr(stats, "op swiglu       18 groups run") != NULL,
+                  "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "WARN") == NULL, "%s", tail_of(stats));
+    free(stats), free(log);
 }
 END_TEST
 
@@ -2973,7 +3012,7 @@ END_TEST
 static void engine_setup(void)
 {
     t_setup();
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0};
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0, 0};
     t_run.threads = 0;
     t_run.trace = NULL;
     t_run.fork_after = false;
@@ -3061,6 +3100,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, verify_mode_falls_back_where_it_cannot_compare);
     tcase_add_test(ops, verify_mode_writes_only_scratch);
     tcase_add_test(ops, verify_mode_waits_for_late_results);
+    tcase_add_test(ops, two_threads_on_two_devices);
     tcase_add_test(ops, learning_is_bounded_and_switched_off);
     tcase_add_test(ops, planners_survive_mutated_signatures);
     tcase_add_test(ops, ops_leave_out_what_the_allocator_freed);
