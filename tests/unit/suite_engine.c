@@ -2624,6 +2624,34 @@ START_TEST(verify_mode_waits_for_late_results)
 }
 END_TEST
 
+/* A device reset (its context let go) in the middle of verification, with
+ * results still on their way (FAKE_EVENT_LAG): the context's slots go with
+ * it and nothing of them is used after; the process goes on, nothing is
+ * found differing, and the ops still fuse afterwards. */
+START_TEST(verify_mode_survives_a_device_reset)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=swiglu,norm_cast,residual_norm,qk_norm_rope", "H3SHIM_VERIFY=2",
+                                      "FAKE_EVENT_LAG=1", NULL};
+    static const int at[] = {36 + 5, 36 + T_BLOCK + 23, 36 + 2 * T_BLOCK + 41};
+    for (size_t p = 0; p < H3_ARRAY_LEN_T(at); p++) {
+        t_run.opts = (struct fw_replay_opts){at[p], FW_INSERT_DEVICE_RESET, 0, 0, 0, 0};
+        t_run.replay = T_REPLAY_FREES_CASTS;
+        char *stats;
+        char *log = replay_with("verify-reset", env, &stats);
+        t_run.replay = NULL;
+        ck_assert_msg(strstr(log, "cudaDeviceReset") != NULL, "reset before %d: no reset made", at[p]);
+        /* The slots' events (nothing else here makes one) destroyed with the context. */
+        ck_assert_msg(strstr(log, "cuEventDestroy_v2 ") != NULL, "reset before %d: no slot let go", at[p]);
+        ck_assert_msg(strstr(stats, "1 differing") == NULL && strstr(stats, "WARN") == NULL &&
+                          stat_after(stats, "op swiglu       ") > 0,
+                      "reset before %d:\n%s", at[p], tail_of(stats));
+        free(log), free(stats);
+    }
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0, 0};
+}
+END_TEST
+
 /* Where a run cannot be compared, the op falls back and the calls run as
  * made: a capture in progress (verify_capture), scratch that cannot be had
  * (verify_memory).  H3SHIM_VERIFY unset compares 3 runs where an op is
@@ -3100,6 +3128,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, verify_mode_falls_back_where_it_cannot_compare);
     tcase_add_test(ops, verify_mode_writes_only_scratch);
     tcase_add_test(ops, verify_mode_waits_for_late_results);
+    tcase_add_test(ops, verify_mode_survives_a_device_reset);
     tcase_add_test(ops, two_threads_on_two_devices);
     tcase_add_test(ops, learning_is_bounded_and_switched_off);
     tcase_add_test(ops, planners_survive_mutated_signatures);
