@@ -37,6 +37,7 @@ def run_arm(latent, requests, shim, graphs, shim_env, mode="serving", serve_args
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     if shim:
         env["LD_PRELOAD"] = shim
+        env.update(shimstats.asked_env())
         env.update(shim_env, H3SHIM_STATS="1")
     cmd = [sys.executable, SERVE, "--latent", latent, "--requests", str(requests), "--same-latent", "--json",
            "--mode", mode, *serve_args]
@@ -128,7 +129,8 @@ def main():
         if arms[name][0] and name != "UN":
             # Every process decodes a warm-up request and `requests` timed ones.
             blocks = result["plan"]["block_calls"] * (1 + a.requests)
-            if "H3SHIM_VERIFY" in arms[name][2]:
+            if "H3SHIM_VERIFY" in arms[name][2] or any("stats: verify: op" in (r["shim_stats"] or "") for r in runs):
+                # verify mode asked for, or on by itself (an op run where it is not validated)
                 wrong = ("swiglu",) if name == "U" else ()
                 verdicts = [shimstats.verify_verdict(r["shim_stats"], blocks, DEFAULT_OPS, wrong) for r in runs]
             elif "H3SHIM_OPS" in arms[name][2]:

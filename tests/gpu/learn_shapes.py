@@ -227,6 +227,7 @@ def child_env(a):
     if not env.get("H3SHIM_SIGNATURES"):
         env["H3SHIM_SIGNATURES"] = tempfile.mkdtemp(prefix="h3shim-learn-")
         notes.append(f"H3SHIM_SIGNATURES={env['H3SHIM_SIGNATURES']} (a new empty directory)")
+    env.update(shimstats.asked_env())
     env.setdefault("H3SHIM_STATS", "1")
     if os.environ.get("OUT") and not env.get("H3SHIM_RECORD"):
         # What was learned and what was refused comes back with the run's files.

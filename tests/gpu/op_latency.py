@@ -29,6 +29,7 @@ def arm(shim, mode):
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     if shim:
         env["LD_PRELOAD"] = shim
+        env.update(shimstats.asked_env())
     p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "serve.py"), "--profile-block", "--json",
                         "--mode", mode], env=env, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:

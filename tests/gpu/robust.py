@@ -450,6 +450,8 @@ def run_child(item, shim, paired_in_process=False, stats=True):
     env.pop("H3_ROBUST_PAUSE", None)
     if shim:
         env.update(LD_PRELOAD=shim)
+        import shimstats  # beside this script
+        env.update(shimstats.asked_env())
         if os.environ.get("H3_ROBUST_SIGNATURES"):  # another signature directory (an empty one: all learned)
             env.update(H3SHIM_SIGNATURES=os.environ["H3_ROBUST_SIGNATURES"])
         if stats:

@@ -96,6 +96,14 @@ def parse(stats):
     return out
 
 
+def asked_env():
+    """The H3SHIM_* settings the validation command asks of every process it runs with the shim
+    (H3_VALIDATE_ENV, "NAME=VALUE,..."): on an SM where no op is validated yet, H3SHIM_OPS=all, so
+    that the ops run there (verify mode on by itself) and are measured. Empty elsewhere."""
+    spec = os.environ.get("H3_VALIDATE_ENV", "")
+    return dict(kv.split("=", 1) for kv in spec.split(",") if "=" in kv)
+
+
 def replay_verdict(stats, blocks):
     """(ok, text) for a run with H3SHIM_OP_REPLAY=1 that made `blocks` block calls: every block
     recognised, every group of every block run by the replay op, nothing issued with an error."""

@@ -44,6 +44,23 @@ class TilePlan(unittest.TestCase):
         self.assertEqual(plan.summary(3)["vit_calls"], 4)  # 4 tiles a chunk: a call of 3, a call of 1
 
 
+class ValidateOnANewSM(unittest.TestCase):
+    """validate.py asks for every op where none is validated, and the scripts pass it to the shim."""
+
+    def test_unvalidated_sms(self):
+        import validate
+        self.assertFalse(validate.unvalidated("9.0"))
+        self.assertTrue(validate.unvalidated("10.0"))
+        self.assertTrue(validate.unvalidated("10.3"))
+        self.assertFalse(validate.unvalidated(None))
+
+    def test_the_asked_env(self):
+        with mock.patch.dict(os.environ, {"H3_VALIDATE_ENV": "H3SHIM_OPS=all,H3SHIM_VERIFY=0"}):
+            self.assertEqual(shimstats.asked_env(), {"H3SHIM_OPS": "all", "H3SHIM_VERIFY": "0"})
+        with mock.patch.dict(os.environ, {}, clear=True):
+            self.assertEqual(shimstats.asked_env(), {})
+
+
 class VerifyVerdict(unittest.TestCase):
     """shimstats.verify_verdict: every place of an op fused, compared, or fallen back for verify mode."""
 
