@@ -74,6 +74,11 @@ struct h3_hook_info {
     unsigned props; /* enum h3_hook_prop bits */
 };
 extern const struct h3_hook_info h3_hooks[H3_FN_COUNT];
+/* Whether entry point `fn` is the per-thread default stream's form (its stream 0 is the thread's). */
+static inline bool h3_fn_per_thread(enum h3_fn fn)
+{
+    return (h3_hooks[fn].props & H3_P_PER_THREAD) != 0;
+}
 
 /* ---- config.c ---- */
 
@@ -715,9 +720,10 @@ void h3_op_take_left_out(uint32_t *outputs, uint64_t *bytes);
  * outcome.  Returns NULL when the op ran, else the fallback reason. */
 const char *h3_op_run(const struct h3_op_range *r, const struct h3_sig *sig, const struct h3_deferred *calls,
                       struct h3_call *anchor);
-/* The op's index (h3_ops_get) and whether it is validated on the current device's SM. */
+/* The op's index (h3_ops_get), and whether it was let run on an SM where it
+ * is not validated (asked for by name; h3_op_check said so). */
 unsigned h3_op_index_of(const struct h3_op *op);
-bool h3_op_validated_here(const struct h3_op *op);
+bool h3_op_runs_unvalidated(const struct h3_op *op);
 #define H3_OPS_MAX 8
 
 /* ---- verify.c: verify mode (H3SHIM_VERIFY) ---- */

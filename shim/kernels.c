@@ -150,8 +150,7 @@ CUfunction h3_kernels_function(const char *name, const void *stream, const char 
 static const char *h3_launch_fn(CUfunction fn, const struct h3_deferred *like, const unsigned grid[3],
                                 const unsigned block[3], unsigned smem, bool cooperative, void **args)
 {
-    bool ptsz = like->fn == H3_FN___cudaLaunchKernel_ptsz || like->fn == H3_FN_cudaLaunchKernel_ptsz ||
-                like->fn == H3_FN_cuLaunchKernel_ptsz;
+    bool ptsz = h3_fn_per_thread(like->fn);
     CUstream stream = (CUstream)(uintptr_t)like->stream;
     CUresult res;
     uint64_t t0;

@@ -85,6 +85,7 @@ struct h3_op_counts {
 static struct h3_op_counts h3_op_counts[H3_OPS_COUNT];
 static bool h3_op_on[H3_OPS_COUNT];
 static bool h3_op_named[H3_OPS_COUNT]; /* asked for explicitly: may run where not validated */
+static atomic_bool h3_op_unvalidated[H3_OPS_COUNT]; /* the guard let it run where it is not validated */
 
 #define H3_SM_MAX 16
 static int h3_sm_allow[H3_SM_MAX];
@@ -282,14 +283,14 @@ static const char *h3_op_sm_guard(unsigned i, const struct h3_op *op)
         }
         H3_WARN_ONCE(H3_SUB_ENGINE, "op %s runs on SM %d, where it is not validated (asked for by H3SHIM_OPS "
                                     "or its switch)", op->name, sm);
+        atomic_store_explicit(&h3_op_unvalidated[i], true, memory_order_relaxed); /* verify mode's default */
     }
     return NULL;
 }
 
-bool h3_op_validated_here(const struct h3_op *op)
+bool h3_op_runs_unvalidated(const struct h3_op *op)
 {
-    unsigned i = h3_op_index(op);
-    return h3_int_in(h3_kernels_sm(), h3_op_facts[i].sms, h3_op_facts[i].nsms);
+    return atomic_load_explicit(&h3_op_unvalidated[h3_op_index(op)], memory_order_relaxed);
 }
 
 const char *h3_op_check(const struct h3_op *op)

@@ -115,12 +115,12 @@ void h3_verify_setup(void)
     h3_verify_n = (int)n;
 }
 
-/* Runs to compare for `op` on this device. */
+/* Runs to compare for `op` (no driver call: an op run asks it). */
 static unsigned h3_verify_runs(const struct h3_op *op)
 {
     if (h3_verify_n >= 0)
         return (unsigned)h3_verify_n;
-    return h3_op_validated_here(op) ? 0 : H3_VERIFY_AUTO;
+    return h3_op_runs_unvalidated(op) ? H3_VERIFY_AUTO : 0;
 }
 
 bool h3_verify_on(void)
@@ -333,8 +333,7 @@ const char *h3_verify_begin(const struct h3_op_range *r, const struct h3_sig *si
         s->batch.n = 0;
         s->scratch = 0, s->cap = 0;
         s->stream = at->stream;
-        s->ptsz = at->fn == H3_FN___cudaLaunchKernel_ptsz || at->fn == H3_FN_cudaLaunchKernel_ptsz ||
-                  at->fn == H3_FN_cuLaunchKernel_ptsz;
+        s->ptsz = h3_fn_per_thread(at->fn);
         atomic_fetch_add(&e->inflight, 1);
         h3_verify_filling = s;
     }
