@@ -104,14 +104,21 @@ static bool h3_call_decide(struct h3_call *c)
         return false;
     if (c->kind == H3_KIND_SYNC)
         h3_learn_sync(); /* noted on the next call the learner keeps */
-    if (h3_engine_quiet(c) && (c->kind == H3_KIND_SYNC || (h3_match_idle(c) && !h3_learn_wants(c)))) {
+    /* Quiet and idle: no attempt in progress on the thread and no signature
+     * begins with this call, so the matcher has nothing to do with it; only
+     * the learner may want it. */
+    bool quiet = h3_engine_quiet(c), unmatched = quiet && c->kind != H3_KIND_SYNC && h3_match_idle(c);
+    if (quiet && (c->kind == H3_KIND_SYNC || (unmatched && !h3_learn_wants(c)))) {
         c->reason = "idle";
         return false;
     }
     if (c->kind == H3_KIND_SYNC) {
         h3_match_interrupt(); /* a call that submits work or synchronises */
     } else {
-        h3_match_call(c);
+        if (unmatched)
+            c->reason = "no_match";
+        else
+            h3_match_call(c);
         h3_learn_observe(c);
         if (h3_hot.stats) /* from the end of the description */
             h3_stats_part_end(c, H3_PART_MATCH);

@@ -129,6 +129,10 @@ ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-padding.txt
 $(B)/tests/unique-replay.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py unique $< $@
 ALIAS_REPLAYS += $(B)/tests/unique-replay.txt
+# Another model's layers with a cuBLAS GEMM every 7 calls (a Llama's): they repeat, never as a group.
+$(B)/tests/gapped-replay.txt: $(B)/tests/foreign-replay.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py gapped $< $@
+ALIAS_REPLAYS += $(B)/tests/gapped-replay.txt
 # Another model's calls over and over (its group refused at once; the rest never a new group).
 $(B)/tests/foreign-replay-x20.txt: $(B)/tests/foreign-replay.txt
 	for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do cat $<; done > $@

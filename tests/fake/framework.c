@@ -420,6 +420,17 @@ static long long fw_replay_matmul(char **tok, int n, uintptr_t stream)
     return r;
 }
 
+/* "G": a GEMM through cuBLAS's own entry point (another model's, as
+ * PyTorch makes for FP16 linears without an epilogue): a call the learner
+ * cannot keep. */
+static long long fw_replay_gemm(void)
+{
+    float alpha = 1, beta = 0;
+    return cublasGemmEx(fw_obj.blas, CUBLAS_OP_T, CUBLAS_OP_N, 64, 64, 64, &alpha, (void *)0x1000, CUDA_R_16F, 64,
+                        (void *)0x2000, CUDA_R_16F, 64, &beta, (void *)0x3000, CUDA_R_16F, 64, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT);
+}
+
 static long long fw_replay_cudnn(char **tok, int n, uintptr_t stream)
 {
     if (n < 5)
@@ -647,6 +658,8 @@ static long fw_replay_file(const char *path, const struct fw_replay_opts *o, lon
             r = fw_replay_matmul(tok, n, o->stream);
         else if (n > 0 && strcmp(tok[0], "C") == 0)
             r = fw_replay_cudnn(tok, n, o->stream);
+        else if (n > 0 && strcmp(tok[0], "G") == 0)
+            r = fw_replay_gemm();
         if (r != 0) {
             *bad_line = lineno;
             fclose(f);
@@ -780,6 +793,7 @@ static long fw_replay_bench(const char *path, long n)
         }
         long long r = c->kind == 'L'   ? __cudaLaunchKernel((cudaKernel_t)c->k, c->g, c->b, c->args, c->shmem, c->s)
                       : c->kind == 'M' ? fw_replay_matmul(c->tok, c->n, 0)
+                      : c->kind == 'G' ? fw_replay_gemm()
                                        : fw_replay_cudnn(c->tok, c->n, 0);
         failed += r != 0;
     }

@@ -443,9 +443,17 @@ def child_nccl():
 
 # --------------------------------------------------------------- parent side
 
-def run_child(item, shim, paired_in_process=False, stats=True):
-    """One child process for `item`: without the shim, with it (stats on unless not `stats`),
-    and with `paired_in_process` the workloads timed in pairs (arms P and Q)."""
+# The workloads' arms timed in pairs in one process (observing against paused), and what each
+# adds to the shim's defaults: P the defaults, N learning off (what the learner costs beside P),
+# Q the defaults with stats (the shim's own time in the same process as the pairs).
+# A row of the stats' table of calls per entry point: calls, errors, own ns a call, describing.
+API_ROW = re.compile(r"stats: (?:__cuda|cuda|cu[A-Z]|cublas|cudnn)\w*\s+\d+\s+\d+\s+\d+")
+PAIRED_ARMS = {"P": {}, "N": {"H3SHIM_LEARN": "0"}, "Q": {}}
+
+
+def run_child(item, shim, paired_in_process=False, stats=True, shim_env=None):
+    """One child process for `item`: without the shim, with it (stats on unless not `stats`,
+    `shim_env` added), and with `paired_in_process` the workloads timed in pairs (PAIRED_ARMS)."""
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     env.pop("H3_ROBUST_PAUSE", None)
     if shim:
@@ -458,6 +466,7 @@ def run_child(item, shim, paired_in_process=False, stats=True):
             env.update(H3SHIM_STATS="1")
         if paired_in_process:
             env.update(H3_ROBUST_PAUSE="1")
+        env.update(shim_env or {})
     t0 = time.time()
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", item], env=env, capture_output=True,
                        text=True, timeout=400)
@@ -469,7 +478,8 @@ def run_child(item, shim, paired_in_process=False, stats=True):
     if shim and stats:  # every process's block line (a child's too), then at most 20 more
         lines = p.stderr.splitlines()
         out["shim_stats"] = [ln for ln in lines if "stats: signature" in ln] + \
-            [ln for ln in lines if "stats: op " in ln or "WARN" in ln or "ERROR" in ln][:20]
+            [ln for ln in lines if "stats: op " in ln or "WARN" in ln or "ERROR" in ln][:20] + \
+            [ln for ln in lines if "stats: learn: " in ln or "shim host time" in ln or API_ROW.search(ln)]
     return out
 
 
@@ -504,8 +514,9 @@ def main():
     ap.add_argument("--items", default=",".join(ITEMS))
     ap.add_argument("--tag", default="", help="suffix of the evidence files' names")
     ap.add_argument("--workload-arms", default="A,S,P",
-                    help="the workloads' arms: A no shim, S stats, P pairs observed/paused, Q the pairs with "
-                         "stats (the shim's own time in the same process as the pairs)")
+                    help="the workloads' arms: A no shim, S stats, P pairs observed/paused, N the same with "
+                         "learning off (H3SHIM_LEARN=0), Q the pairs with stats (the shim's own time in the same "
+                         "process as the pairs)")
     ap.add_argument("--deadline", type=float, default=0,
                     help="seconds from the start: begin no round that would end past it, and report the rounds "
                          "done (0: none)")
@@ -527,8 +538,9 @@ def main():
                 break  # a round like the longest so far would outrun the caller's limit
             t0 = time.time()
             for arm in arms[rnd % len(arms):] + arms[:rnd % len(arms)]:
-                runs[arm].append(run_child(item, a.shim if arm != "A" else None, paired_in_process=arm in "PQ",
-                                           stats=arm != "P"))
+                runs[arm].append(run_child(item, a.shim if arm != "A" else None,
+                                           paired_in_process=arm in PAIRED_ARMS, stats=arm not in "PN",
+                                           shim_env=PAIRED_ARMS.get(arm)))
             longest, rounds_done = max(longest, time.time() - t0), rounds_done + 1
         flats = [flatten(r.get("result")) for arm in arms for r in runs[arm]]
         keys = sorted(set().union(*flats))
@@ -593,6 +605,15 @@ def main():
                     if pooled:  # every pair of every round: the median and its bootstrap 95% interval
                         over[k]["pooled_pairs"] = dict(zip(("median", "low", "high"),
                                                            shimstats.median_interval(pooled)), n=len(pooled))
+                learn_off = [p["result"][k]["shim"] for p in runs.get("N", [])
+                             if "observed_over_paused" in ((p.get("result") or {}).get(k, {}).get("shim") or {})]
+                if learn_off:  # the same with learning off: what the learner adds, beside P
+                    pooled = [r for x in learn_off for r in x.get("pair_ratios", [])]
+                    over.setdefault(k, {})["learn_off"] = {
+                        "observed_over_paused": statistics.median(x["observed_over_paused"] for x in learn_off),
+                        "rounds": [x["observed_over_paused"] for x in learn_off],
+                        "pooled_pairs": dict(zip(("median", "low", "high"), shimstats.median_interval(pooled)),
+                                             n=len(pooled))}
             entry["overhead"] = over
         doc["items"][item] = entry
         ok &= item_ok
@@ -616,8 +637,15 @@ def main():
                             "in the same process: " + ", ".join(f"{q['observed_over_paused']:.4f} against "
                                                                  f"{100 * q['own_share']:.2f}%"
                                                                  for q in pair["q_rounds"])
-                            if "q_rounds" in pair else ""))
+                            if "q_rounds" in pair else "")
+                         + ("; arm N (learning off), observed over paused: {observed_over_paused:.4f}".format(
+                             **pair["learn_off"]) + "; {n} pooled: {median:.4f} ({low:.4f}-{high:.4f})".format(
+                             **pair["learn_off"]["pooled_pairs"]) if "learn_off" in pair else ""))
         stats = [ln for r in runs.get("S", []) for ln in r.get("shim_stats", [])]
+        for r in runs.get("Q", [])[:1]:  # the learner's and the own time's lines of one process with pairs
+            lines.append("\nArm Q's first process: " + "; ".join(ln.split("stats: ")[-1] for ln in r.get("shim_stats", [])
+                                                                 if "learn:" in ln or "shim host time" in ln
+                                                                 or API_ROW.search(ln)))
         lines.append("\nShim stats lines (arm S): " + ("; ".join(sorted(set(s.split("stats: ")[-1] for s in stats))) or "none"))
         lines.append("")
     doc["pass"] = ok

@@ -199,7 +199,7 @@ class RobustDeadline(unittest.TestCase):
     def run_main(self, rounds, deadline, child_seconds, extra=()):
         clock = [1000.0]
 
-        def fake_child(item, shim, paired_in_process=False, stats=True):
+        def fake_child(item, shim, paired_in_process=False, stats=True, shim_env=None):
             clock[0] += child_seconds
             result = {"mlp": {"sha256": "ab", "ms": 2.0 if shim else 1.0}}
             if paired_in_process:

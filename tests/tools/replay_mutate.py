@@ -14,6 +14,12 @@ with a mutation in every block, as a user's variant of the block would have:
            instances and near a device address in others
   unique   3000 launches of the block's first kernel, each with a grid of
            its own: a stream in which no run of calls ever repeats
+  gapped   another model's layers as a transformers Llama makes them in
+           FP16: the first 30 launches of IN (a replay whose kernels are
+           renamed) in runs of 6, a GEMM through cuBLAS's own entry point
+           (a G line, which the learner cannot keep) after each run, the
+           layer 100 times: calls that repeat, never in a run that could
+           hold three instances of a group
 
     python3 tests/tools/replay_mutate.py WHAT IN OUT
 """
@@ -34,7 +40,7 @@ def block_starts(lines, at):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "padding", "unique"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "padding", "unique", "gapped"):
         sys.stderr.write(__doc__)
         return 2
     lines = open(sys.argv[2]).read().splitlines()
@@ -42,6 +48,11 @@ def main():
         first = next(line for line in lines if line.startswith("L ")).split(" ")
         out = [" ".join(first[:2] + [str(1000 + i)] + first[3:]) for i in range(3000)]
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
+        return 0
+    if sys.argv[1] == "gapped":
+        launches = [line for line in lines if line.startswith("L ")][:30]
+        layer = [x for k in range(0, len(launches), 6) for x in launches[k:k + 6] + ["G"]]
+        open(sys.argv[3], "w").write("\n".join(layer * 100) + "\n")
         return 0
     if sys.argv[1] == "padding":
         out, cats = [], 0
