@@ -34,9 +34,9 @@
 #   released   full_decode.py: the defaults beside H3SHIM_SKIP_RELEASED=0 (arms
 #              K, KG), eager and graphs, on the quick latent, 1 round (2 min);
 #              released-decode the same on the full decode, 2 rounds (7-8 min)
-#   pairs      robust.py's workloads arms P and Q alone (pairs of loops observed and
-#              paused, without and with stats) for PAIRS_WORKLOADS (default: the
-#              Llama and the ViT), 3 rounds (3-4 min)
+#   pairs      robust.py's workloads arms P, N and Q alone (pairs of loops observed
+#              and paused: the defaults, learning off, the defaults with stats)
+#              for PAIRS_WORKLOADS (default: the Llama and the ViT), 3 rounds (4-5 min)
 #   trace      a Chrome-format trace of one quick request with two blocks, gzipped (1 min)
 #   learn-shapes  learn_shapes.py with no signature loaded: block stacks at 261-1797
 #              tokens, batches 1, 2, 4, every one learned in the process, bitwise
@@ -163,9 +163,9 @@ for step in "${steps[@]}"; do
             run released-decode 540 python3 tests/gpu/full_decode.py --arms S,K,SG,KG --rounds 2 --tag=-released ;;
         workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds "${WORKLOADS_ROUNDS:-3}" --deadline 480 \
                        --tag=-workloads ;;
-        pairs) # the host-bound workloads' pairs, with stats (Q) and without (P), 3 rounds
+        pairs) # the host-bound workloads' pairs: the defaults (P), learning off (N), with stats (Q), 3 rounds
             run pairs 300 env H3_ROBUST_WORKLOADS="${PAIRS_WORKLOADS:-llama_8l_fp16,vit_b16_bf16}" \
-                python3 tests/gpu/robust.py --items workloads --rounds 3 --workload-arms A,P,Q --deadline 250 \
+                python3 tests/gpu/robust.py --items workloads --rounds 3 --workload-arms A,P,N,Q --deadline 250 \
                 --tag=-workloads-pairs ;;
         graphs)
             run graphs-weights 150 python3 tests/gpu/test_weight_cache.py --graphs
