@@ -14,7 +14,7 @@
  * parsed by sigfile.c like a committed one, and it is published only when an
  * op plans a range in it (h3_engine_learned), which checks at every run what
  * it relies on.  Bounded: fixed memory per thread, constant work per call
- * (a hash, a table slot, the candidates); a thread that kept a sixteenth of
+ * (a hash, a table slot, the candidates); a thread that kept 1/256 of
  * H3_LEARN_PATIENCE calls without trying a group looks sparsely (a run of
  * calls between two it cannot keep is looked at only past its first
  * H3_LEARN_SPARSE_RUN calls), and one that kept H3_LEARN_PATIENCE stops.
@@ -51,6 +51,10 @@
  * keep) passed by before the rest are looked at.  Another model's runs
  * between its cuBLAS GEMMs are shorter; a ViT call of the block is one run. */
 #define H3_LEARN_SPARSE_RUN 32
+/* ... once a thread kept this part of its patience without trying a group
+ * (4096 calls by default: a few iterations of another model's loop; the
+ * block's instances come within its first few hundred calls). */
+#define H3_LEARN_SPARSE_AFTER 256
 /* Identities of refused groups remembered (open addressing, a power of two). */
 #define H3_LEARN_REFUSED_IDS 4096
 /* The last position of each identity (a power of two). */
@@ -306,14 +310,14 @@ bool h3_learn_wants(const struct h3_call *c)
     return false;
 }
 
-/* Looking sparsely (the thread kept a sixteenth of its patience without
+/* Looking sparsely (the thread kept 1/256 of its patience without
  * trying a group): whether call `c` is passed by unkept, being one the
  * learner cannot keep or among the first H3_LEARN_SPARSE_RUN of a run; a
  * few loads, no hash, so that another model's calls cost the idle path's. */
 static bool h3_learn_passed_by(const struct h3_call *c)
 {
     struct h3_learner *l = h3_learner_tls;
-    if (l == NULL || l->since_repeat <= (uint64_t)h3_config.learn_patience / 16)
+    if (l == NULL || l->since_repeat <= (uint64_t)h3_config.learn_patience / H3_LEARN_SPARSE_AFTER)
         return false;
     if (!h3_learn_keepable(c)) {
         h3_learn_break(h3_learn_skip_of(c));
@@ -1551,11 +1555,11 @@ void h3_learn_observe(struct h3_call *c)
     c->learned = h3_learn_just;
     h3_learn_just = NULL;
     h3_learn_count(H3_COUNT_KEPT);
-    if (++l->since_repeat == (uint64_t)h3_config.learn_patience / 16 + 1 && !l->sparse_said) {
+    if (++l->since_repeat == (uint64_t)h3_config.learn_patience / H3_LEARN_SPARSE_AFTER + 1 && !l->sparse_said) {
         l->sparse_said = true;
         atomic_fetch_add(&h3_learn_counts.sparse, 1);
         H3_INFO(H3_SUB_HOOK, "no group tried in %lld calls: this thread looks at a run's calls past its first %d",
-                (long long)h3_config.learn_patience / 16, H3_LEARN_SPARSE_RUN);
+                (long long)h3_config.learn_patience / H3_LEARN_SPARSE_AFTER, H3_LEARN_SPARSE_RUN);
     }
     if (l->since_repeat > (uint64_t)h3_config.learn_patience) {
         atomic_fetch_add(&h3_learn_counts.stopped, 1);

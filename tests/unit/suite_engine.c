@@ -2735,7 +2735,7 @@ START_TEST(learning_is_bounded_and_switched_off)
     free(stats);
     /* Another model's calls over and over: its group is refused at once, and
      * a group refused again and again renews no patience, so the thread
-     * looks sparsely after a sixteenth of it (the calls between the refused
+     * looks sparsely after 1/256 of it (the calls between the refused
      * groups' then pass by too) and its calls take the idle path (they kept
      * it looking for ever before). */
     setenv("H3SHIM_LEARN_PATIENCE", "2000", 1);
@@ -2762,7 +2762,7 @@ END_TEST
  * Another model's layers with a GEMM through cuBLAS's own entry point every
  * seven calls, as a transformers Llama makes them in FP16: its calls repeat,
  * but never in a run that could hold three instances of a group, so nothing
- * is ever tried.  Once the thread has kept a sixteenth of its patience (1024
+ * is ever tried.  Once the thread has kept 1/256 of its patience (1024
  * calls here) it looks sparsely: a run's first 32 calls pass by unkept, on
  * the idle path, which is every call of those layers (before, each was kept
  * and followed, at several times the idle path's cost, until the patience
@@ -2772,7 +2772,7 @@ END_TEST
 START_TEST(another_models_layers_are_looked_at_sparsely)
 {
     T_NEEDS_KERNELS();
-    setenv("H3SHIM_LEARN_PATIENCE", "16384", 1);
+    setenv("H3SHIM_LEARN_PATIENCE", "262144", 1);
     t_run.replay_before = T_REPLAY_GAPPED;
     char *stats = learning_run("learn-sparse", T_REPLAY_FREES_CASTS, false);
     t_run.replay_before = NULL;
