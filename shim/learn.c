@@ -14,10 +14,8 @@
  * parsed by sigfile.c like a committed one, and it is published only when an
  * op plans a range in it (h3_engine_learned), which checks at every run what
  * it relies on.  Bounded: fixed memory per thread, constant work per call
- * (a hash, a table slot, the candidates); a thread that kept 1/256 of
- * H3_LEARN_PATIENCE calls without trying a group looks sparsely (a run of
- * calls between two it cannot keep is looked at only past its first
- * H3_LEARN_SPARSE_RUN calls), and one that kept H3_LEARN_PATIENCE stops.
+ * (a hash, a table slot, the candidates), and a thread that made
+ * H3_LEARN_PATIENCE calls without one repetition stops looking.
  * Never: touches CUDA, or changes a call: learning only adds a signature.
  */
 #include "h3shim.h"
@@ -47,14 +45,6 @@
 /* Signatures in all, committed and learned: what every thread's matcher holds. */
 #define H3_LEARN_MAX_SIGNATURES 32
 #define H3_LEARN_MAX_REFUSED 32
-/* Looking sparsely: calls of a run (between two calls the learner cannot
- * keep) passed by before the rest are looked at.  Another model's runs
- * between its cuBLAS GEMMs are shorter; a ViT call of the block is one run. */
-#define H3_LEARN_SPARSE_RUN 32
-/* ... once a thread kept this part of its patience without trying a group
- * (4096 calls by default: a few iterations of another model's loop; the
- * block's instances come within its first few hundred calls). */
-#define H3_LEARN_SPARSE_AFTER 256
 /* Identities of refused groups remembered (open addressing, a power of two). */
 #define H3_LEARN_REFUSED_IDS 4096
 /* The last position of each identity (a power of two). */
@@ -111,8 +101,6 @@ struct h3_learner {
     } last[H3_LEARN_LAST];
     struct h3_learn_candidate cand[H3_LEARN_CANDIDATES];
     uint64_t since_repeat; /* kept calls since a group not refused before was last tried */
-    uint32_t run;          /* looking sparsely: calls since the last the learner could not keep */
-    bool sparse_said;      /* the thread has looked sparsely (counted once) */
     bool gap;              /* calls the learner did not keep came since the last one */
     bool synced;           /* a call that submits work or synchronises came since the last one */
 };
@@ -139,19 +127,16 @@ static atomic_bool h3_learn_closed;
 static atomic_ullong h3_learn_refused_ids[H3_LEARN_REFUSED_IDS];
 /* Why a call was not kept. */
 enum h3_learn_skip { H3_SKIP_TAKEN, H3_SKIP_LAUNCH, H3_SKIP_MATMUL, H3_SKIP_CUDNN, H3_SKIP_OTHER, H3_SKIP_REFUSED,
-                     H3_SKIP_SPARSE, H3_SKIPS,
+                     H3_SKIPS,
                      /* and the other per-call counts: */
                      H3_COUNT_KEPT = H3_SKIPS, H3_COUNT_SYNCED, H3_COUNTS };
 static const char *const h3_learn_skip_names[H3_SKIPS] = {
     "continuing a signature's attempt", "launches without known parameters", "GEMMs without a full description",
-    "cuDNN executions without a known variant pack", "other library calls", "of refused groups",
-    "early in a run, the thread looking sparsely"};
+    "cuDNN executions without a known variant pack", "other library calls", "of refused groups"};
 static enum h3_learn_skip h3_learn_skip_of(const struct h3_call *c);
 static void h3_learn_break(enum h3_learn_skip why);
-static void h3_learn_count(unsigned what);
-static bool h3_learn_passed_by(const struct h3_call *c);
 static struct {
-    atomic_uint learned, refused, threads, sparse, stopped;
+    atomic_uint learned, refused, threads, stopped;
     atomic_ulong refused_calls;
     atomic_ulong calls[H3_COUNTS]; /* by enum h3_learn_skip: not kept, kept, synchronising */
 } h3_learn_counts;
@@ -233,24 +218,13 @@ static bool h3_learn_lt_known(const struct h3_call *c)
  * group (record_signature.py: the kernel, launch configuration and
  * parameter sizes; a matmul's description without pointers or algorithm; a
  * cuDNN variant pack's unique ids).  0: the call cannot be learned. */
-static bool h3_learn_keepable(const struct h3_call *c)
-{
-    if (c->kind == H3_KIND_LAUNCH)
-        return c->kernel != NULL && c->args != NULL && c->kernel->params_known && c->kernel->name != NULL &&
-               strcmp(c->kernel->name, "?") != 0;
-    if (c->fn == H3_FN_cublasLtMatmul)
-        return h3_learn_lt_known(c);
-    if (c->fn == H3_FN_cudnnBackendExecute)
-        return c->u.dnn.known && c->u.dnn.count > 0 && c->u.dnn.count <= H3_CUDNN_MAX_TENSORS;
-    return false; /* cuBLAS's own GEMMs: format 1 cannot describe them */
-}
-
 static uint64_t h3_learn_identity(const struct h3_call *c)
 {
     uint64_t h = H3_HASH_SEED;
-    if (!h3_learn_keepable(c))
-        return 0;
     if (c->kind == H3_KIND_LAUNCH) {
+        if (c->kernel == NULL || c->args == NULL || !c->kernel->params_known || c->kernel->name == NULL ||
+            strcmp(c->kernel->name, "?") == 0)
+            return 0;
         h = h3_learn_mix(h, (uint64_t)(uintptr_t)c->kernel);
         h = h3_learn_mix(h, (uint64_t)c->grid[0] | (uint64_t)c->grid[1] << 32);
         h = h3_learn_mix(h, (uint64_t)c->grid[2] | (uint64_t)c->block[0] << 32);
@@ -258,15 +232,19 @@ static uint64_t h3_learn_identity(const struct h3_call *c)
         return h3_learn_mix(h, (uint64_t)c->shmem | (uint64_t)c->nparams << 32) | 1;
     }
     if (c->fn == H3_FN_cublasLtMatmul) {
+        if (!h3_learn_lt_known(c))
+            return 0;
         int64_t desc[H3_SIG_DESC_KEYS], algo[H3_SIG_ALGO_KEYS];
         h3_match_lt_values(&c->u.lt, desc, algo);
         return h3_learn_mix_words(h3_learn_mix(h, 2), desc, H3_SIG_DESC_KEYS) | 1;
     }
     if (c->fn == H3_FN_cudnnBackendExecute) {
         const struct h3_cudnn_desc *d = &c->u.dnn;
+        if (!d->known || d->count <= 0 || d->count > H3_CUDNN_MAX_TENSORS)
+            return 0;
         return h3_learn_mix_words(h3_learn_mix(h, 3), d->uids, (size_t)d->count) | 1;
     }
-    return 0;
+    return 0; /* cuBLAS's own GEMMs: format 1 cannot describe them */
 }
 
 static bool h3_learn_refused(uint64_t id)
@@ -298,8 +276,6 @@ bool h3_learn_wants(const struct h3_call *c)
         return false;
     if (h3_learner_failed) /* stopped looking, or out of memory: idle */
         return false;
-    if (h3_learn_passed_by(c))
-        return false;
     uint64_t id = h3_learn_identity(c);
     if (id != 0 && !h3_learn_refused(id)) {
         h3_learn_asked = (struct h3_learn_asked){c, id}; /* h3_learn_observe takes it */
@@ -308,27 +284,6 @@ bool h3_learn_wants(const struct h3_call *c)
     /* Passed by idle, unseen by the learner: no group runs across it. */
     h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
     return false;
-}
-
-/* Looking sparsely (the thread kept 1/256 of its patience without
- * trying a group): whether call `c` is passed by unkept, being one the
- * learner cannot keep or among the first H3_LEARN_SPARSE_RUN of a run; a
- * few loads, no hash, so that another model's calls cost the idle path's. */
-static bool h3_learn_passed_by(const struct h3_call *c)
-{
-    struct h3_learner *l = h3_learner_tls;
-    if (l == NULL || l->since_repeat <= (uint64_t)h3_config.learn_patience / H3_LEARN_SPARSE_AFTER)
-        return false;
-    if (!h3_learn_keepable(c)) {
-        h3_learn_break(h3_learn_skip_of(c));
-        return true;
-    }
-    if (l->run >= H3_LEARN_SPARSE_RUN)
-        return false;
-    l->run++;
-    l->gap = true; /* the run is looked at from its next calls on */
-    h3_learn_count(H3_SKIP_SPARSE);
-    return true;
 }
 
 /* Why a call whose identity is 0 cannot be kept. */
@@ -366,10 +321,8 @@ static void h3_learn_break(enum h3_learn_skip why)
 {
     h3_learn_count(why);
     struct h3_learner *l = h3_learner_tls;
-    if (l != NULL) {
+    if (l != NULL)
         l->gap = true;
-        l->run = 0;
-    }
 }
 
 static uint64_t h3_learn_gemm_key(int64_t transa, int64_t m, int64_t n, int64_t k)
@@ -1537,8 +1490,6 @@ void h3_learn_observe(struct h3_call *c)
         h3_learn_break(H3_SKIP_TAKEN);
         return;
     }
-    if (asked == 0 && h3_learn_passed_by(c))
-        return;
     uint64_t id = asked != 0 ? asked : h3_learn_identity(c);
     if (id == 0 || h3_learn_refused(id)) {
         h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
@@ -1555,13 +1506,7 @@ void h3_learn_observe(struct h3_call *c)
     c->learned = h3_learn_just;
     h3_learn_just = NULL;
     h3_learn_count(H3_COUNT_KEPT);
-    if (++l->since_repeat == (uint64_t)h3_config.learn_patience / H3_LEARN_SPARSE_AFTER + 1 && !l->sparse_said) {
-        l->sparse_said = true;
-        atomic_fetch_add(&h3_learn_counts.sparse, 1);
-        H3_INFO(H3_SUB_HOOK, "no group tried in %lld calls: this thread looks at a run's calls past its first %d",
-                (long long)h3_config.learn_patience / H3_LEARN_SPARSE_AFTER, H3_LEARN_SPARSE_RUN);
-    }
-    if (l->since_repeat > (uint64_t)h3_config.learn_patience) {
+    if (++l->since_repeat > (uint64_t)h3_config.learn_patience) {
         atomic_fetch_add(&h3_learn_counts.stopped, 1);
         H3_INFO(H3_SUB_HOOK, "no group repeated in %lld calls: this thread stops looking",
                 (long long)h3_config.learn_patience);
@@ -1577,11 +1522,10 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
     h3_learn_flush_pending(); /* this thread's; a thread still running keeps up to 255 of each */
     unsigned threads = atomic_load(&h3_learn_counts.threads);
     line("learn: %u groups learned, %u refused (%lu calls back on the idle path); %u threads looked "
-         "(%zu bytes each), %u looked sparsely, %u stopped looking",
+         "(%zu bytes each), %u stopped looking",
          atomic_load(&h3_learn_counts.learned), atomic_load(&h3_learn_counts.refused),
          atomic_load(&h3_learn_counts.refused_calls), threads,
-         sizeof(struct h3_learner) + (size_t)H3_LEARN_BYTES, atomic_load(&h3_learn_counts.sparse),
-         atomic_load(&h3_learn_counts.stopped));
+         sizeof(struct h3_learner) + (size_t)H3_LEARN_BYTES, atomic_load(&h3_learn_counts.stopped));
     unsigned long skipped = 0;
     for (unsigned i = 0; i < H3_SKIPS; i++)
         skipped += atomic_load(&h3_learn_counts.calls[i]);

@@ -233,7 +233,7 @@ check-readme: $(B)/envtable
 $(B)/bench/bench_cpu: tests/tools/bench_cpu.c $(BENCH_DIR)/libh3fakeframework.so
 	$(CC) $(BENCH_CFLAGS) -o $@ $< -ldl
 
-bench-cpu: $(B)/libh3shim.so $(B)/bench/bench_cpu $(B)/tests/h3-block3-replay.txt
+bench-cpu: $(B)/libh3shim.so $(B)/bench/bench_cpu $(B)/tests/h3-block3-replay.txt $(B)/tests/gapped-replay.txt
 	@sh tests/tools/bench_cpu.sh $(B)/bench/bench_cpu $(B)/libh3shim.so $(BENCH_DIR) $(B)/tests/h3-block3-replay.txt signatures
 
 # Rewrites README.md's variable table from shim/config.def.

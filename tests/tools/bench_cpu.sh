@@ -67,3 +67,6 @@ own_row "h3 stream" "$replay" 2048
 # Another model's calls: the same stream with its kernels renamed and its GEMMs reshaped.
 awk '$1 == "L" { $2 = "X" $2 } $1 == "M" { $38 = $38 + 8 } { print }' "$replay" > /tmp/h3bench.foreign
 own_row "another model's calls" /tmp/h3bench.foreign 2048
+# Another model's layers with a cuBLAS GEMM every 7 calls (a transformers Llama's in FP16,
+# replay_mutate.py gapped): they repeat, never as a group, so the learner keeps every launch.
+own_row "another model's layers (cuBLAS GEMMs)" "$(dirname "$replay")/gapped-replay.txt" 2048
