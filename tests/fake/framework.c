@@ -241,16 +241,24 @@ FAKE_EXPORT long long fw_call(const char *name, uint64_t seed, uint64_t *sent, i
  */
 static long fw_replay_bench(const char *path, long n);
 
+/* One FP16 GEMM through cuBLAS's own entry point (another model's, as PyTorch
+ * makes for linears without an epilogue: a call the learner cannot keep):
+ * fw_bench's "cublasGemmEx", and a replay's "G" line. */
+static long long fw_replay_gemm(void)
+{
+    float alpha = 1, beta = 0;
+    return cublasGemmEx(fw_obj.blas, CUBLAS_OP_T, CUBLAS_OP_N, 64, 64, 64, &alpha, (void *)0x1000, CUDA_R_16F, 64,
+                        (void *)0x2000, CUDA_R_16F, 64, &beta, (void *)0x3000, CUDA_R_16F, 64, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT);
+}
+
 FAKE_EXPORT long fw_bench(const char *name, long n)
 {
     fw_objects_make(1);
     long failed = 0;
     if (strcmp(name, "cublasGemmEx") == 0) {
-        float alpha = 1, beta = 0;
         for (long i = 0; i < n; i++)
-            failed += cublasGemmEx(fw_obj.blas, CUBLAS_OP_T, CUBLAS_OP_N, 64, 64, 64, &alpha, (void *)0x1000,
-                                   CUDA_R_16F, 64, (void *)0x2000, CUDA_R_16F, 64, &beta, (void *)0x3000,
-                                   CUDA_R_16F, 64, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != 0;
+            failed += fw_replay_gemm() != 0;
     } else if (strcmp(name, "cuLaunchKernel") == 0) {
         for (long i = 0; i < n; i++)
             failed += cuLaunchKernel((CUfunction)&fw_kernel, 1, 1, 1, 32, 1, 1, 0, NULL, fw_obj.params, NULL) != 0;
@@ -418,17 +426,6 @@ static long long fw_replay_matmul(char **tok, int n, uintptr_t stream)
         cublasLtMatrixLayoutDestroy(layout[i]);
     cublasLtMatmulDescDestroy(desc);
     return r;
-}
-
-/* "G": a GEMM through cuBLAS's own entry point (another model's, as
- * PyTorch makes for FP16 linears without an epilogue): a call the learner
- * cannot keep. */
-static long long fw_replay_gemm(void)
-{
-    float alpha = 1, beta = 0;
-    return cublasGemmEx(fw_obj.blas, CUBLAS_OP_T, CUBLAS_OP_N, 64, 64, 64, &alpha, (void *)0x1000, CUDA_R_16F, 64,
-                        (void *)0x2000, CUDA_R_16F, 64, &beta, (void *)0x3000, CUDA_R_16F, 64, CUBLAS_COMPUTE_32F,
-                        CUBLAS_GEMM_DEFAULT);
 }
 
 static long long fw_replay_cudnn(char **tok, int n, uintptr_t stream)

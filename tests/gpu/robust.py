@@ -443,12 +443,20 @@ def child_nccl():
 
 # --------------------------------------------------------------- parent side
 
-# The workloads' arms timed in pairs in one process (observing against paused), and what each
-# adds to the shim's defaults: P the defaults, N learning off (what the learner costs beside P),
-# Q the defaults with stats (the shim's own time in the same process as the pairs).
 # A row of the stats' table of calls per entry point: calls, errors, own ns a call, describing.
 API_ROW = re.compile(r"stats: (?:__cuda|cuda|cu[A-Z]|cublas|cudnn)\w*\s+\d+\s+\d+\s+\d+")
-PAIRED_ARMS = {"P": {}, "N": {"H3SHIM_LEARN": "0"}, "Q": {}}
+# The workloads' arms timed in pairs in one process (observing against paused): what each adds
+# to the shim's defaults, and whether its stats are on. P the defaults, N learning off (what the
+# learner costs beside P), Q the defaults with stats (the shim's own time beside the pairs).
+PAIRED_ARMS = {"P": ({}, False), "N": ({"H3SHIM_LEARN": "0"}, False), "Q": ({}, True)}
+
+
+def pooled_pairs(rounds):
+    """Every pair of every round of an arm timed in pairs: the median of their ratios and its
+    bootstrap 95% interval, or None when there is none."""
+    import shimstats  # beside this script
+    pooled = [r for x in rounds for r in x.get("pair_ratios", [])]
+    return dict(zip(("median", "low", "high"), shimstats.median_interval(pooled)), n=len(pooled)) if pooled else None
 
 
 def run_child(item, shim, paired_in_process=False, stats=True, shim_env=None):
@@ -538,9 +546,9 @@ def main():
                 break  # a round like the longest so far would outrun the caller's limit
             t0 = time.time()
             for arm in arms[rnd % len(arms):] + arms[:rnd % len(arms)]:
+                shim_env, stats = PAIRED_ARMS.get(arm, ({}, True))
                 runs[arm].append(run_child(item, a.shim if arm != "A" else None,
-                                           paired_in_process=arm in PAIRED_ARMS, stats=arm not in "PN",
-                                           shim_env=PAIRED_ARMS.get(arm)))
+                                           paired_in_process=arm in PAIRED_ARMS, stats=stats, shim_env=shim_env))
             longest, rounds_done = max(longest, time.time() - t0), rounds_done + 1
         flats = [flatten(r.get("result")) for arm in arms for r in runs[arm]]
         keys = sorted(set().union(*flats))
@@ -601,19 +609,16 @@ def main():
                         x["host_observed_over_paused"] for x in pairs)
                     over[k]["observed_over_paused_rounds"] = [x["observed_over_paused"] for x in pairs]
                     over[k]["host_observed_over_paused_rounds"] = [x["host_observed_over_paused"] for x in pairs]
-                    pooled = [r for x in pairs for r in x.get("pair_ratios", [])]
-                    if pooled:  # every pair of every round: the median and its bootstrap 95% interval
-                        over[k]["pooled_pairs"] = dict(zip(("median", "low", "high"),
-                                                           shimstats.median_interval(pooled)), n=len(pooled))
+                    pooled = pooled_pairs(pairs)
+                    if pooled:
+                        over[k]["pooled_pairs"] = pooled
                 learn_off = [p["result"][k]["shim"] for p in runs.get("N", [])
                              if "observed_over_paused" in ((p.get("result") or {}).get(k, {}).get("shim") or {})]
                 if learn_off:  # the same with learning off: what the learner adds, beside P
-                    pooled = [r for x in learn_off for r in x.get("pair_ratios", [])]
                     over.setdefault(k, {})["learn_off"] = {
                         "observed_over_paused": statistics.median(x["observed_over_paused"] for x in learn_off),
                         "rounds": [x["observed_over_paused"] for x in learn_off],
-                        "pooled_pairs": dict(zip(("median", "low", "high"), shimstats.median_interval(pooled)),
-                                             n=len(pooled))}
+                        "pooled_pairs": pooled_pairs(learn_off)}
             entry["overhead"] = over
         doc["items"][item] = entry
         ok &= item_ok
@@ -640,7 +645,7 @@ def main():
                             if "q_rounds" in pair else "")
                          + ("; arm N (learning off), observed over paused: {observed_over_paused:.4f}".format(
                              **pair["learn_off"]) + "; {n} pooled: {median:.4f} ({low:.4f}-{high:.4f})".format(
-                             **pair["learn_off"]["pooled_pairs"]) if "learn_off" in pair else ""))
+                             **pair["learn_off"]["pooled_pairs"]) if pair.get("learn_off", {}).get("pooled_pairs") else ""))
         stats = [ln for r in runs.get("S", []) for ln in r.get("shim_stats", [])]
         for r in runs.get("Q", [])[:1]:  # the learner's and the own time's lines of one process with pairs
             lines.append("\nArm Q's first process: " + "; ".join(ln.split("stats: ")[-1] for ln in r.get("shim_stats", [])

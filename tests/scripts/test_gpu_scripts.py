@@ -198,9 +198,11 @@ class RobustDeadline(unittest.TestCase):
 
     def run_main(self, rounds, deadline, child_seconds, extra=()):
         clock = [1000.0]
+        self.children = []
 
         def fake_child(item, shim, paired_in_process=False, stats=True, shim_env=None):
             clock[0] += child_seconds
+            self.children.append((paired_in_process, stats, shim_env))
             result = {"mlp": {"sha256": "ab", "ms": 2.0 if shim else 1.0}}
             if paired_in_process:
                 result["mlp"]["shim"] = {"observed_over_paused": 1.004, "host_observed_over_paused": 1.02,
@@ -231,6 +233,19 @@ class RobustDeadline(unittest.TestCase):
         self.assertEqual(w["doc"]["items"]["workloads"]["rounds_done"], 2)
         self.assertEqual(len(w["doc"]["items"]["workloads"]["runs"]["A"]), 2)
         self.assertIn("(stopped after 2 of 5 rounds: --deadline 650 s)\n", w["lines"])
+
+    def test_reports_arm_n_beside_p(self):
+        rc, w = self.run_main(rounds=2, deadline=1000, child_seconds=10, extra=("--workload-arms", "A,P,N,Q"))
+        self.assertEqual(rc, 0)
+        over = w["doc"]["items"]["workloads"]["overhead"]["mlp"]
+        self.assertEqual(over["learn_off"]["rounds"], [1.004] * 2)
+        self.assertEqual(over["learn_off"]["pooled_pairs"]["n"], 6)
+        self.assertTrue(any("arm N (learning off), observed over paused: 1.0040; 6 pooled: 1.0040" in line
+                            for line in w["lines"]))
+        # each round: A, P without stats, N without stats and with learning off, Q with stats
+        self.assertEqual(sorted(map(str, self.children[:4])),
+                         sorted(map(str, [(False, True, {}), (True, False, {}), (True, False, {"H3SHIM_LEARN": "0"}),
+                                          (True, True, {})])))
 
     def test_reports_the_paired_loops_of_arm_p(self):
         rc, w = self.run_main(rounds=3, deadline=1000, child_seconds=10)
