@@ -60,7 +60,7 @@
 /* One call the learner keeps. */
 struct h3_learn_call {
     uint64_t id;   /* its identity (h3_learn_identity); a gap's is unique */
-    uint8_t kind;  /* enum h3_sig_kind, or H3_LEARN_GAP */
+    uint8_t kind;  /* enum h3_sig_kind, H3_LEARN_GAP or H3_LEARN_OPAQUE */
     const void *stream;
     const struct h3_kernel *kernel;
     unsigned grid[3], block[3], shmem;
@@ -84,6 +84,9 @@ struct h3_learn_call {
     } u;
 };
 #define H3_LEARN_GAP 0xff
+/* A call kept for its identity alone: a GEMM through cuBLAS's own entry
+ * points, which no signature can hold (a group with one is another model's). */
+#define H3_LEARN_OPAQUE 0xfe
 
 struct h3_learn_candidate {
     uint32_t period; /* 0: free */
@@ -135,6 +138,7 @@ static const char *const h3_learn_skip_names[H3_SKIPS] = {
     "cuDNN executions without a known variant pack", "other library calls", "of refused groups"};
 static enum h3_learn_skip h3_learn_skip_of(const struct h3_call *c);
 static void h3_learn_break(enum h3_learn_skip why);
+static uint64_t h3_learn_unkept_prev(const struct h3_call *c);
 static struct {
     atomic_uint learned, refused, threads, stopped;
     atomic_ulong refused_calls;
@@ -244,7 +248,29 @@ static uint64_t h3_learn_identity(const struct h3_call *c)
             return 0;
         return h3_learn_mix_words(h3_learn_mix(h, 3), d->uids, (size_t)d->count) | 1;
     }
-    return 0; /* cuBLAS's own GEMMs: format 1 cannot describe them */
+    if (c->kind == H3_KIND_LIBCALL && h3_hooks[c->fn].lib == H3_LIB_CUBLAS && c->detail) {
+        /* cuBLAS's own GEMMs: no signature can hold one, but another model's
+         * layer repeats with them (a transformers Llama's projections), and
+         * is refused as a group of calls, not looked at call by call. */
+        const struct h3_gemm_desc *g = &c->u.gemm;
+        const int64_t v[] = {c->fn, g->transa, g->transb, g->atype, g->btype, g->ctype, g->compute,
+                             g->m,  g->n,      g->k,      g->lda,   g->ldb,   g->ldc,   g->batch};
+        return h3_learn_mix_words(h3_learn_mix(h, 5), v, sizeof(v) / sizeof(v[0])) | 1;
+    }
+    return 0;
+}
+
+/* What a refused group leaves out: each of its calls after the call before
+ * it (a pair of identities), not each call alone: another model's layer may
+ * hold a call of the H3 block, a weight cast of the same shape say, which
+ * must stay in sight where the block makes it.  The identity of the thread's
+ * last call the learner saw, kept or passed by as refused; 0 after a call it
+ * could not keep. */
+static __thread uint64_t h3_learn_prev;
+
+static inline uint64_t h3_learn_pair(uint64_t prev, uint64_t id)
+{
+    return h3_learn_mix(h3_learn_mix(H3_HASH_SEED, prev), id) | 1;
 }
 
 static bool h3_learn_refused(uint64_t id)
@@ -277,12 +303,13 @@ bool h3_learn_wants(const struct h3_call *c)
     if (h3_learner_failed) /* stopped looking, or out of memory: idle */
         return false;
     uint64_t id = h3_learn_identity(c);
-    if (id != 0 && !h3_learn_refused(id)) {
+    if (id != 0 && !h3_learn_refused(h3_learn_pair(h3_learn_prev, id))) {
         h3_learn_asked = (struct h3_learn_asked){c, id}; /* h3_learn_observe takes it */
         return true;
     }
     /* Passed by idle, unseen by the learner: no group runs across it. */
     h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
+    h3_learn_prev = id != 0 ? id : h3_learn_unkept_prev(c); /* a refused group's next call follows this one */
     return false;
 }
 
@@ -320,6 +347,7 @@ static void h3_learn_count(unsigned what)
 static void h3_learn_break(enum h3_learn_skip why)
 {
     h3_learn_count(why);
+    h3_learn_prev = 0;
     struct h3_learner *l = h3_learner_tls;
     if (l != NULL)
         l->gap = true;
@@ -329,6 +357,23 @@ static uint64_t h3_learn_gemm_key(int64_t transa, int64_t m, int64_t n, int64_t 
 {
     const int64_t v[4] = {transa, m, n, k};
     return h3_learn_mix_words(h3_learn_mix(H3_HASH_SEED, 4), v, 4) | 1;
+}
+
+/* A kept cuBLASLt GEMM's shape key (desc: transa at 2, m n k at 6-8). */
+static uint64_t h3_learn_mm_key(const struct h3_learn_call *e)
+{
+    return h3_learn_gemm_key(e->u.mm.desc[2], e->u.mm.desc[6], e->u.mm.desc[7], e->u.mm.desc[8]);
+}
+
+/* What comes before the next call when this one cannot be kept: a cuBLASLt
+ * GEMM described by its shape alone (a refused group's shape, record.c) is
+ * its shape's key, so that the refused group's next call is refused after
+ * it; anything else is a break (0). */
+static uint64_t h3_learn_unkept_prev(const struct h3_call *c)
+{
+    if (c->fn != H3_FN_cublasLtMatmul || !c->detail || c->u.lt.m == 0)
+        return 0;
+    return h3_learn_gemm_key(c->u.lt.transa, c->u.lt.m, c->u.lt.n, c->u.lt.k);
 }
 
 bool h3_learn_wants_gemm(int32_t transa, int64_t m, int64_t n, int64_t k)
@@ -431,6 +476,10 @@ static bool h3_learn_keep(struct h3_learner *l, struct h3_learn_call *e, const s
         for (unsigned i = 0; i < H3_SIG_OPERANDS; i++)
             e->u.mm.ptr[i] = (uint64_t)(uintptr_t)ops[i];
         e->u.mm.workspace = (uint64_t)(uintptr_t)lt->workspace_ptr;
+        return true;
+    }
+    if (c->fn != H3_FN_cudnnBackendExecute) { /* a cuBLAS GEMM: its identity alone */
+        e->kind = H3_LEARN_OPAQUE;
         return true;
     }
     const struct h3_cudnn_desc *d = &c->u.dnn;
@@ -1206,11 +1255,18 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
         why = "out of memory";
         goto done;
     }
+    /* Every instance's calls first: the group's name reads them whatever is refused. */
+    for (uint32_t j = 0; j < period; j++)
+        for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++)
+            g.pos[j].e[k] = h3_learn_at(l, start + (uint64_t)k * period + j);
+    bool foreign = false; /* a call no signature can hold: another model's */
     for (uint32_t j = 0; j < period && why == NULL; j++)
-        for (unsigned k = 0; k < H3_LEARN_INSTANCES; k++) {
-            const struct h3_learn_call *e = h3_learn_at(l, start + (uint64_t)k * period + j);
-            g.pos[j].e[k] = e;
-            if (e->kind == H3_LEARN_GAP || e->stream != h3_learn_at(l, start)->stream)
+        for (unsigned k = 0; k < H3_LEARN_INSTANCES && why == NULL; k++) {
+            const struct h3_learn_call *e = g.pos[j].e[k];
+            if (e->kind == H3_LEARN_OPAQUE) {
+                why = "a GEMM through cuBLAS's own entry point (no signature holds one)";
+                foreign = true;
+            } else if (e->kind == H3_LEARN_GAP || e->stream != g.pos[0].e[0]->stream)
                 why = "calls on several streams";
             else if (e->kind == H3_SIG_LAUNCH && h3_learn_bytes_of(l, e) == NULL)
                 why = "parameter bytes no longer kept";
@@ -1275,7 +1331,7 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
     bool published = false;
     char not_block[96];
     const char *engine_why = NULL;
-    bool resembles = true; /* unless the planners say otherwise: its calls stay in sight */
+    bool resembles = !foreign; /* unless the planners say otherwise: its calls stay in sight */
     bool planned = false; /* the ops' planners saw it: it is never freed (weight_cache keeps its calls' marks) */
     if (sig != NULL) {
         if (atomic_load(&h3_learn_counts.learned) >= H3_LEARN_MAX_LEARNED ||
@@ -1318,17 +1374,20 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
         if (!resembles) {
             for (uint32_t j = 0; j < period; j++) {
                 const struct h3_learn_call *e = h3_learn_at(l, start + j);
-                h3_learn_refuse_id(e->id);
-                if (e->kind == H3_SIG_MATMUL) /* desc: transa at 2, m n k at 6-8 */
-                    h3_learn_refuse_id(h3_learn_gemm_key(e->u.mm.desc[2], e->u.mm.desc[6], e->u.mm.desc[7],
-                                                         e->u.mm.desc[8]));
+                const struct h3_learn_call *before = h3_learn_at(l, start + (j == 0 ? period : j) - 1);
+                h3_learn_refuse_id(h3_learn_pair(before->id, e->id));
+                if (before->kind == H3_SIG_MATMUL) /* after the GEMM described by its shape alone */
+                    h3_learn_refuse_id(h3_learn_pair(h3_learn_mm_key(before), e->id));
+                if (e->kind == H3_SIG_MATMUL)
+                    h3_learn_refuse_id(h3_learn_mm_key(e));
             }
             atomic_fetch_add(&h3_learn_counts.refused_calls, period);
         }
         /* A refusal that says something of the group (the planners', a
          * synchronising call, disagreeing wiring) is remembered; one of the
          * moment (bytes overwritten, memory) is not. */
-        if (planned || (why != NULL && (strstr(why, "synchronises") != NULL || strstr(why, "disagree") != NULL)))
+        if (planned || foreign ||
+            (why != NULL && (strstr(why, "synchronises") != NULL || strstr(why, "disagree") != NULL)))
             h3_learn_refuse_group(h3_learn_fingerprint(l, start, period));
         atomic_fetch_add(&h3_learn_counts.refused, 1);
         H3_INFO(H3_SUB_HOOK, "a repeating group of %u calls was not learned: %s", period, why);
@@ -1491,10 +1550,12 @@ void h3_learn_observe(struct h3_call *c)
         return;
     }
     uint64_t id = asked != 0 ? asked : h3_learn_identity(c);
-    if (id == 0 || h3_learn_refused(id)) {
+    if (id == 0 || (asked == 0 && h3_learn_refused(h3_learn_pair(h3_learn_prev, id)))) {
         h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
+        h3_learn_prev = id != 0 ? id : h3_learn_unkept_prev(c);
         return;
     }
+    h3_learn_prev = id;
     struct h3_learner *l = h3_learner_get();
     if (l == NULL)
         return;

@@ -133,6 +133,14 @@ ALIAS_REPLAYS += $(B)/tests/unique-replay.txt
 $(B)/tests/gapped-replay.txt: $(B)/tests/foreign-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py gapped $< $@
 ALIAS_REPLAYS += $(B)/tests/gapped-replay.txt
+# Another model's layers with one of the block's weight casts in them, then the block.
+$(B)/tests/shared-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py shared $< $@
+ALIAS_REPLAYS += $(B)/tests/shared-replay.txt
+# Another model's layer with its first call on another stream (repeats, refused).
+$(B)/tests/streams-replay.txt: $(B)/tests/foreign-replay.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py streams $< $@
+ALIAS_REPLAYS += $(B)/tests/streams-replay.txt
 # Another model's calls over and over (its group refused at once; the rest never a new group).
 $(B)/tests/foreign-replay-x20.txt: $(B)/tests/foreign-replay.txt
 	for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do cat $<; done > $@

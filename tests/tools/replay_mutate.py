@@ -20,6 +20,13 @@ with a mutation in every block, as a user's variant of the block would have:
            (a G line, which the learner cannot keep) after each run, the
            layer 100 times: calls that repeat, never in a run that could
            hold three instances of a group
+  shared   another model's layers with a call of the H3 block in them, then
+           the block: the gapped layer made from IN's launches renamed, with
+           IN's first weight cast (its own kernel and grid) after the
+           layer's first GEMM, 20 times, then IN (the block, learned)
+  streams  another model's layer on two streams: the first 20 launches of
+           IN, the first of them on stream 9000, the layer 10 times (a
+           group that repeats and cannot be learned)
 
     python3 tests/tools/replay_mutate.py WHAT IN OUT
 """
@@ -40,7 +47,7 @@ def block_starts(lines, at):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "padding", "unique", "gapped"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "padding", "unique", "gapped", "shared", "streams"):
         sys.stderr.write(__doc__)
         return 2
     lines = open(sys.argv[2]).read().splitlines()
@@ -53,6 +60,24 @@ def main():
         launches = [line for line in lines if line.startswith("L ")][:30]
         layer = [x for k in range(0, len(launches), 6) for x in launches[k:k + 6] + ["G"]]
         open(sys.argv[3], "w").write("\n".join(layer * 100) + "\n")
+        return 0
+    if sys.argv[1] == "shared":
+        at = calls(lines)
+        starts = block_starts(lines, at)
+        if not starts:
+            sys.stderr.write("replay_mutate.py: no block found\n")
+            return 2
+        cast = lines[at[starts[0] + 1]]
+        renamed = [" ".join(f[:1] + ["X" + f[1]] + f[2:]) for f in
+                   (line.split(" ") for line in lines if line.startswith("L "))][:30]
+        layer = [x for k in range(0, len(renamed), 6) for x in renamed[k:k + 6] + ["G"]]
+        layer.insert(7, cast)
+        open(sys.argv[3], "w").write("\n".join(layer * 20 + lines) + "\n")
+        return 0
+    if sys.argv[1] == "streams":
+        layer = [line.split(" ") for line in lines if line.startswith("L ")][:20]
+        layer[0][9] = "9000"
+        open(sys.argv[3], "w").write("\n".join(" ".join(f) for f in layer * 10) + "\n")
         return 0
     if sys.argv[1] == "padding":
         out, cats = [], 0
