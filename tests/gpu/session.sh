@@ -36,7 +36,8 @@
 #              released-decode the same on the full decode, 2 rounds (7-8 min)
 #   pairs      robust.py's workloads arms P, N and Q alone (pairs of loops observed
 #              and paused: the defaults, learning off, the defaults with stats)
-#              for PAIRS_WORKLOADS (default: the Llama and the ViT), 3 rounds (4-5 min)
+#              for PAIRS_WORKLOADS (default: the Llama and the ViT), 3 rounds (5 min; 2 rounds of the
+#              two fit in 290 s at 1b52b16)
 #   trace      a Chrome-format trace of one quick request with two blocks, gzipped (1 min)
 #   learn-shapes  learn_shapes.py with no signature loaded: block stacks at 261-1797
 #              tokens, batches 1, 2, 4, every one learned in the process, bitwise
@@ -164,8 +165,8 @@ for step in "${steps[@]}"; do
         workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds "${WORKLOADS_ROUNDS:-3}" --deadline 480 \
                        --tag=-workloads ;;
         pairs) # the host-bound workloads' pairs: the defaults (P), learning off (N), with stats (Q), 3 rounds
-            run pairs 300 env H3_ROBUST_WORKLOADS="${PAIRS_WORKLOADS:-llama_8l_fp16,vit_b16_bf16}" \
-                python3 tests/gpu/robust.py --items workloads --rounds 3 --workload-arms A,P,N,Q --deadline 250 \
+            run pairs 340 env H3_ROBUST_WORKLOADS="${PAIRS_WORKLOADS:-llama_8l_fp16,vit_b16_bf16}" \
+                python3 tests/gpu/robust.py --items workloads --rounds 3 --workload-arms A,P,N,Q --deadline 300 \
                 --tag=-workloads-pairs ;;
         graphs)
             run graphs-weights 150 python3 tests/gpu/test_weight_cache.py --graphs
