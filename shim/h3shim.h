@@ -195,9 +195,17 @@ struct h3_thread {
     struct h3_queue *queue;     /* engine.c: this thread's held launches, once it has held one */
     struct h3_matcher *matcher; /* match.c: this thread's matcher, once it has matched a call */
     bool expects_matmul;        /* match.c: a signature expects a GEMM next (h3_match_wants_matmul, any stream) */
+    bool learn_gemms;           /* learn.c: the learner would keep this thread's next GEMM (not inside a refused group) */
     bool attempting;            /* match.c: an attempt at a signature is in progress (any stream) */
 } __attribute__((aligned(64)));
 extern __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_thread h3_thread;
+
+/* Whether this thread's next GEMM is wanted in full (a signature expects one,
+ * or the learner would keep it): its descriptors are remembered as built. */
+static inline bool h3_thread_wants_gemm(void)
+{
+    return h3_thread.expects_matmul || h3_thread.learn_gemms;
+}
 
 /* Idempotent, thread-safe lazy initialisation: reads the configuration, sets
  * up logging, trace and stats.  Touches no CUDA library. */
@@ -1084,7 +1092,7 @@ static inline int h3_lt_config_wanted(enum h3_fn fn, const void *caller)
     switch (fn) {
     case H3_FN_cublasLtMatmulDescCreate:
     case H3_FN_cublasLtMatrixLayoutCreate:
-        return h3_hot.lt_remember && h3_thread.expects_matmul && h3_lt_create_wanted(caller);
+        return h3_hot.lt_remember && h3_thread_wants_gemm() && h3_lt_create_wanted(caller);
     case H3_FN_cublasLtMatmulDescSetAttribute:
     case H3_FN_cublasLtMatmulDescDestroy:
     case H3_FN_cublasLtMatmulDescInit_internal:

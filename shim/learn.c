@@ -268,6 +268,28 @@ static uint64_t h3_learn_identity(const struct h3_call *c)
  * could not keep. */
 static __thread uint64_t h3_learn_prev;
 
+/* After each call the learner saw: whether it would keep the thread's next
+ * GEMM, so that its descriptors are remembered as they are built
+ * (h3_thread_wants_gemm).  Inside a refused group it would not: another
+ * model's GEMMs are described by their shape alone, and one of a shape no
+ * group refused is read in full at the GEMM instead. */
+static inline void h3_learn_note(uint64_t prev, bool gemms)
+{
+    h3_learn_prev = prev;
+    h3_thread.learn_gemms = gemms;
+}
+
+/* A call passed by, unkept: a refused group's (`id` refused after the call
+ * before it), or one the learner cannot keep (`id` 0): no group runs across
+ * it.  A refused group's next call follows it, and so does one after its
+ * GEMM described by its shape alone. */
+static void h3_learn_pass(const struct h3_call *c, uint64_t id)
+{
+    h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
+    uint64_t prev = id != 0 ? id : h3_learn_unkept_prev(c);
+    h3_learn_note(prev, prev == 0);
+}
+
 static inline uint64_t h3_learn_pair(uint64_t prev, uint64_t id)
 {
     return h3_learn_mix(h3_learn_mix(H3_HASH_SEED, prev), id) | 1;
@@ -298,18 +320,18 @@ static void h3_learn_refuse_id(uint64_t id)
 
 bool h3_learn_wants(const struct h3_call *c)
 {
-    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC || atomic_load_explicit(&h3_learn_closed, memory_order_relaxed))
+    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC)
         return false;
-    if (h3_learner_failed) /* stopped looking, or out of memory: idle */
+    if (atomic_load_explicit(&h3_learn_closed, memory_order_relaxed) || h3_learner_failed) {
+        h3_thread.learn_gemms = false; /* closed, stopped looking, or out of memory: idle */
         return false;
+    }
     uint64_t id = h3_learn_identity(c);
     if (id != 0 && !h3_learn_refused(h3_learn_pair(h3_learn_prev, id))) {
         h3_learn_asked = (struct h3_learn_asked){c, id}; /* h3_learn_observe takes it */
         return true;
     }
-    /* Passed by idle, unseen by the learner: no group runs across it. */
-    h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
-    h3_learn_prev = id != 0 ? id : h3_learn_unkept_prev(c); /* a refused group's next call follows this one */
+    h3_learn_pass(c, id);
     return false;
 }
 
@@ -1533,9 +1555,12 @@ void h3_learn_observe(struct h3_call *c)
 {
     const uint64_t asked = h3_learn_asked.c == c ? h3_learn_asked.id : 0;
     h3_learn_asked.c = NULL;
-    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC || h3_learner_failed ||
-        atomic_load_explicit(&h3_learn_closed, memory_order_relaxed))
+    if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC)
         return;
+    if (h3_learner_failed || atomic_load_explicit(&h3_learn_closed, memory_order_relaxed)) {
+        h3_thread.learn_gemms = false;
+        return;
+    }
     /* A call that continues an attempt is a signature's (kept out: the
      * signature covers it); one that only begins one is kept, since the
      * attempt may break at the next call (a variant of the block that
@@ -1547,15 +1572,15 @@ void h3_learn_observe(struct h3_call *c)
         if (h3_learner_tls != NULL)
             h3_learner_tls->since_repeat = 0;
         h3_learn_break(H3_SKIP_TAKEN);
+        h3_thread.learn_gemms = true; /* should the attempt break, its GEMM is kept */
         return;
     }
     uint64_t id = asked != 0 ? asked : h3_learn_identity(c);
     if (id == 0 || (asked == 0 && h3_learn_refused(h3_learn_pair(h3_learn_prev, id)))) {
-        h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
-        h3_learn_prev = id != 0 ? id : h3_learn_unkept_prev(c);
+        h3_learn_pass(c, id);
         return;
     }
-    h3_learn_prev = id;
+    h3_learn_note(id, true);
     struct h3_learner *l = h3_learner_get();
     if (l == NULL)
         return;
@@ -1573,6 +1598,7 @@ void h3_learn_observe(struct h3_call *c)
                 (long long)h3_config.learn_patience);
         pthread_setspecific(h3_learn_key, NULL);
         h3_learner_free(l); /* its memory goes back now; the thread makes no other */
+        h3_thread.learn_gemms = false;
     }
 }
 

@@ -404,7 +404,7 @@ bool h3_match_wants_matmul(const void *stream)
  * stream) up to date after the progress changed. */
 static void h3_match_note_expectation(const struct h3_matcher *m)
 {
-    h3_thread.expects_matmul = h3_learn_looking() || h3_match_wants_matmul_on(m, NULL, true);
+    h3_thread.expects_matmul = h3_match_wants_matmul_on(m, NULL, true);
     bool attempting = false;
     for (unsigned s = 0; m != NULL && s < m->nsigs; s++)
         attempting |= m->p[s].next > 0;
