@@ -66,6 +66,7 @@ enum h3_hook_prop {
     H3_P_GRAPH_LAUNCH = 1u << 5,       /* launches a CUDA graph */
     H3_P_PER_THREAD = 1u << 6,         /* the per-thread default stream's form (_ptsz) */
     H3_P_WRITES_ANYWHERE = 1u << 7,    /* writes memory the shim cannot bound (graphs, host functions, batches, cooperative launches) */
+    H3_P_FORGETS = 1u << 8,            /* CONFIG: forgets a handle, before the real call (which may let another thread's create reuse it) */
 };
 struct h3_hook_info {
     const char *name;

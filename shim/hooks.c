@@ -206,21 +206,24 @@ static inline bool h3_config_wanted(enum h3_fn fn, const void *caller)
 #define H3_WITH_CALLER(...) (caller_, __VA_ARGS__)
 
 /* Configuration calls: forwarded first; what succeeded is remembered (its
- * time counted in the shim's own, with stats).  `caller_`, the code that
+ * time counted in the shim's own, with stats).  One that forgets a handle
+ * (FORGETS) forgets it first, then forwards: once the real call returns,
+ * another thread's create may be given the same handle.  `caller_`, the code that
  * made the call, is there for `describe`. */
 #define H3_WRAP_CONFIG(lib, ret, name, params, args, describe)                   \
     __attribute__((noinline)) static ret h3_slow_##name(const void *caller_, H3_UNPAREN params) \
     {                                                                            \
         (void)caller_;                                                           \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
-        ret r_ = real_ args;                                                     \
+        const bool first_ = (h3_hooks[H3_FN_##name].props & H3_P_FORGETS) != 0; \
+        ret r_ = first_ ? (ret)0 : real_ args;                                   \
         if (r_ == 0 && h3_config_active()) {                                     \
             uint64_t t0_ = h3_hot.stats ? h3_now_ns() : 0;                       \
             describe;                                                            \
             if (t0_ != 0)                                                        \
                 h3_stats_config_time(h3_now_ns() - t0_);                         \
         }                                                                        \
-        return r_;                                                               \
+        return first_ ? real_ args : r_;                                         \
     }                                                                            \
     H3_EXPORT ret name params                                                    \
     {                                                                            \

@@ -125,7 +125,7 @@ static pthread_once_t h3_learn_key_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t h3_learn_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Learning is over for the process: the learned groups' or signatures'
- * room is spent, or the refused groups' table is full. */
+ * room is spent. */
 static atomic_bool h3_learn_closed;
 static atomic_ullong h3_learn_refused_ids[H3_LEARN_REFUSED_IDS];
 /* Why a call was not kept. */
@@ -260,13 +260,14 @@ static uint64_t h3_learn_identity(const struct h3_call *c)
     return 0;
 }
 
-/* What a refused group leaves out: each of its calls after the call before
- * it (a pair of identities), not each call alone: another model's layer may
- * hold a call of the H3 block, a weight cast of the same shape say, which
- * must stay in sight where the block makes it.  The identity of the thread's
- * last call the learner saw, kept or passed by as refused; 0 after a call it
- * could not keep. */
-static __thread uint64_t h3_learn_prev;
+/* What a refused group leaves out: each of its calls after the two calls
+ * before it (three identities), not each call alone: another model's layer,
+ * or a variant of the block the format cannot hold, may have calls of the H3
+ * block, weight casts of the same shapes (the two of a GEMM, one after the
+ * other, whatever the tokens), which must stay in sight where the block makes
+ * them.  The identities of the thread's last two calls the learner saw, kept
+ * or passed by as refused (prev[1] the last); 0 after a call it could not keep. */
+static __thread uint64_t h3_learn_prev[2];
 
 /* After each call the learner saw: whether it would keep the thread's next
  * GEMM, so that its descriptors are remembered as they are built
@@ -275,25 +276,30 @@ static __thread uint64_t h3_learn_prev;
  * group refused is read in full at the GEMM instead. */
 static inline void h3_learn_note(uint64_t prev, bool gemms)
 {
-    h3_learn_prev = prev;
+    h3_learn_prev[0] = prev != 0 ? h3_learn_prev[1] : 0;
+    h3_learn_prev[1] = prev;
     h3_thread.learn_gemms = gemms;
 }
 
-/* A call passed by, unkept: a refused group's (`id` refused after the call
+/* A call passed by, unkept: a refused group's (`id` refused after the calls
  * before it), or one the learner cannot keep (`id` 0): no group runs across
  * it.  A refused group's next call follows it, and so does one after its
  * GEMM described by its shape alone. */
 static void h3_learn_pass(const struct h3_call *c, uint64_t id)
 {
-    h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
+    const uint64_t last = h3_learn_prev[1];
+    h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c)); /* (forgets the last two) */
     uint64_t prev = id != 0 ? id : h3_learn_unkept_prev(c);
-    h3_learn_note(prev, prev == 0);
+    if (prev != 0)
+        h3_learn_prev[0] = last, h3_learn_prev[1] = prev;
+    h3_thread.learn_gemms = prev == 0;
 }
 
-static inline uint64_t h3_learn_pair(uint64_t prev, uint64_t id)
+static inline uint64_t h3_learn_triple(uint64_t before2, uint64_t before1, uint64_t id)
 {
-    return h3_learn_mix(h3_learn_mix(H3_HASH_SEED, prev), id) | 1;
+    return h3_learn_mix(h3_learn_mix(h3_learn_mix(H3_HASH_SEED, before2), before1), id) | 1;
 }
+
 
 static bool h3_learn_refused(uint64_t id)
 {
@@ -306,6 +312,12 @@ static bool h3_learn_refused(uint64_t id)
             return false;
     }
     return false;
+}
+
+/* Whether call `id` after the thread's last two is a refused group's. */
+static inline bool h3_learn_refused_here(uint64_t id)
+{
+    return h3_learn_refused(h3_learn_triple(h3_learn_prev[0], h3_learn_prev[1], id));
 }
 
 static void h3_learn_refuse_id(uint64_t id)
@@ -327,7 +339,7 @@ bool h3_learn_wants(const struct h3_call *c)
         return false;
     }
     uint64_t id = h3_learn_identity(c);
-    if (id != 0 && !h3_learn_refused(h3_learn_pair(h3_learn_prev, id))) {
+    if (id != 0 && !h3_learn_refused_here(id)) {
         h3_learn_asked = (struct h3_learn_asked){c, id}; /* h3_learn_observe takes it */
         return true;
     }
@@ -369,7 +381,7 @@ static void h3_learn_count(unsigned what)
 static void h3_learn_break(enum h3_learn_skip why)
 {
     h3_learn_count(why);
-    h3_learn_prev = 0;
+    h3_learn_prev[0] = h3_learn_prev[1] = 0;
     struct h3_learner *l = h3_learner_tls;
     if (l != NULL)
         l->gap = true;
@@ -1396,10 +1408,18 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
         if (!resembles) {
             for (uint32_t j = 0; j < period; j++) {
                 const struct h3_learn_call *e = h3_learn_at(l, start + j);
-                const struct h3_learn_call *before = h3_learn_at(l, start + (j == 0 ? period : j) - 1);
-                h3_learn_refuse_id(h3_learn_pair(before->id, e->id));
-                if (before->kind == H3_SIG_MATMUL) /* after the GEMM described by its shape alone */
-                    h3_learn_refuse_id(h3_learn_pair(h3_learn_mm_key(before), e->id));
+                /* The two calls before it in the group (the last ones of the
+                 * instance before, for its first two), each as the thread
+                 * sees it: a GEMM by its identity, or by its shape alone. */
+                uint64_t before[2][2];
+                for (unsigned b = 0; b < 2; b++) {
+                    const struct h3_learn_call *x = h3_learn_at(l, start + (j + period - 1 - b) % period);
+                    before[b][0] = x->id;
+                    before[b][1] = x->kind == H3_SIG_MATMUL ? h3_learn_mm_key(x) : x->id;
+                }
+                for (unsigned a = 0; a < 2; a++)
+                    for (unsigned b = 0; b < 2; b++)
+                        h3_learn_refuse_id(h3_learn_triple(before[1][a], before[0][b], e->id));
                 if (e->kind == H3_SIG_MATMUL)
                     h3_learn_refuse_id(h3_learn_mm_key(e));
             }
@@ -1441,27 +1461,26 @@ static uint64_t h3_learn_fingerprint(struct h3_learner *l, uint64_t start, uint3
 #define H3_LEARN_REFUSED_GROUPS 64
 static atomic_ullong h3_learn_refused_groups[H3_LEARN_REFUSED_GROUPS];
 
-static void h3_learn_refuse_group(uint64_t fp)
-{
-    for (unsigned i = 0; i < H3_LEARN_REFUSED_GROUPS; i++) {
-        uint64_t expected = 0;
-        if (atomic_compare_exchange_strong(&h3_learn_refused_groups[i], &expected, fp) || expected == fp)
-            return;
-    }
-    /* No room to remember it: it would be derived again at every repetition. */
-    atomic_store(&h3_learn_closed, true);
-}
+static atomic_uint h3_learn_refused_next;
 
 static bool h3_learn_group_refused(uint64_t fp)
 {
-    for (unsigned i = 0; i < H3_LEARN_REFUSED_GROUPS; i++) {
-        uint64_t v = atomic_load_explicit(&h3_learn_refused_groups[i], memory_order_relaxed);
-        if (v == fp)
+    for (unsigned i = 0; i < H3_LEARN_REFUSED_GROUPS; i++)
+        if (atomic_load_explicit(&h3_learn_refused_groups[i], memory_order_relaxed) == fp)
             return true;
-        if (v == 0)
-            return false;
-    }
     return false;
+}
+
+/* Remembered in the oldest one's place once all are taken (another model's
+ * layer at each prompt length is a group of its own): a group forgotten is
+ * derived again should it repeat again, which a refused group's calls, left
+ * out after their refusal, do not. */
+static void h3_learn_refuse_group(uint64_t fp)
+{
+    if (h3_learn_group_refused(fp))
+        return;
+    unsigned i = atomic_fetch_add(&h3_learn_refused_next, 1) % H3_LEARN_REFUSED_GROUPS;
+    atomic_store_explicit(&h3_learn_refused_groups[i], fp, memory_order_relaxed);
 }
 
 /* Learns the group unless it was refused already.  Only a group not
@@ -1576,7 +1595,7 @@ void h3_learn_observe(struct h3_call *c)
         return;
     }
     uint64_t id = asked != 0 ? asked : h3_learn_identity(c);
-    if (id == 0 || (asked == 0 && h3_learn_refused(h3_learn_pair(h3_learn_prev, id)))) {
+    if (id == 0 || (asked == 0 && h3_learn_refused_here(id))) {
         h3_learn_pass(c, id);
         return;
     }

@@ -137,6 +137,13 @@ ALIAS_REPLAYS += $(B)/tests/gapped-replay.txt
 $(B)/tests/shared-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py shared $< $@
 ALIAS_REPLAYS += $(B)/tests/shared-replay.txt
+# A variant of the block with cuBLAS's own GEMMs, then the block; another model's layers
+# at 70 prompt lengths, then the block (both learned after them).
+$(B)/tests/variant-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py variant $< $@
+$(B)/tests/lengths-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py lengths $< $@
+ALIAS_REPLAYS += $(B)/tests/variant-replay.txt $(B)/tests/lengths-replay.txt
 # Another model's layer with its first call on another stream (repeats, refused).
 $(B)/tests/streams-replay.txt: $(B)/tests/foreign-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py streams $< $@

@@ -24,6 +24,13 @@ with a mutation in every block, as a user's variant of the block would have:
            the block: the gapped layer made from IN's launches renamed, with
            IN's first weight cast (its own kernel and grid) after the
            layer's first GEMM, 20 times, then IN (the block, learned)
+  variant  a variant of the block that no signature can hold, then the
+           block: IN's first three blocks with each GEMM through cuBLAS's
+           own entry point (a G line) and every launch's grid but the
+           weight casts' one larger (another token count), then IN
+  lengths  another model's layers at 70 prompt lengths, then the block:
+           the gapped layer made from IN's launches renamed, each length's
+           grids larger by one, 4 layers a length, then IN
   streams  another model's layer on two streams: the first 20 launches of
            IN, the first of them on stream 9000, the layer 10 times (a
            group that repeats and cannot be learned)
@@ -47,7 +54,7 @@ def block_starts(lines, at):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "padding", "unique", "gapped", "shared", "streams"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "padding", "unique", "gapped", "shared", "variant", "lengths", "streams"):
         sys.stderr.write(__doc__)
         return 2
     lines = open(sys.argv[2]).read().splitlines()
@@ -73,6 +80,37 @@ def main():
         layer = [x for k in range(0, len(renamed), 6) for x in renamed[k:k + 6] + ["G"]]
         layer.insert(7, cast)
         open(sys.argv[3], "w").write("\n".join(layer * 20 + lines) + "\n")
+        return 0
+    if sys.argv[1] == "variant":
+        at = calls(lines)
+        starts = block_starts(lines, at)
+        if not starts or starts[0] + 3 * 42 >= len(at):
+            sys.stderr.write("replay_mutate.py: no three blocks\n")
+            return 2
+        end = at[starts[0] + 3 * 42]  # three instances of the block's 42 calls
+        casts = {lines[at[starts[0] + j]].split(" ")[2] for j in (1, 2, 25, 26, 31, 32, 37, 38)}  # weight casts' grids
+        variant = []
+        for line in lines[at[starts[0]]:end]:
+            f = line.split(" ")
+            if f[0] == "M":
+                variant.append("G")
+                continue
+            if f[0] == "L" and not ("float16_copy_kernel_cuda" in f[1] and f[2] in casts):
+                f[2] = str(int(f[2]) + 1)
+            variant.append(" ".join(f))
+        open(sys.argv[3], "w").write("\n".join(variant + lines) + "\n")
+        return 0
+    if sys.argv[1] == "lengths":
+        renamed = [line.split(" ") for line in lines if line.startswith("L ")][:30]
+        out = []
+        for t in range(70):
+            layer = []
+            for k in range(0, 30, 6):
+                for f in renamed[k:k + 6]:
+                    layer.append(" ".join(f[:1] + ["X" + f[1], str(int(f[2]) + t)] + f[3:]))
+                layer.append("G")
+            out += layer * 4
+        open(sys.argv[3], "w").write("\n".join(out + lines) + "\n")
         return 0
     if sys.argv[1] == "streams":
         layer = [line.split(" ") for line in lines if line.startswith("L ")][:20]
