@@ -44,7 +44,12 @@
 #define H3_LEARN_MAX_LEARNED 24
 /* Signatures in all, committed and learned: what every thread's matcher holds. */
 #define H3_LEARN_MAX_SIGNATURES 32
-#define H3_LEARN_MAX_REFUSED 32
+/* Signatures the ops' planners saw, published or refused: never freed
+ * (weight_cache keeps their calls' marks), so bounded for the process. */
+#define H3_LEARN_MAX_PLANNED 64
+/* Groups derived per process, whatever became of them: what bounds the work
+ * when another model's groups come faster than they can be remembered. */
+#define H3_LEARN_MAX_DERIVED 1024
 /* Identities of refused groups remembered (open addressing, a power of two). */
 #define H3_LEARN_REFUSED_IDS 4096
 /* The last position of each identity (a power of two). */
@@ -127,6 +132,9 @@ static pthread_mutex_t h3_learn_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Learning is over for the process: the learned groups' or signatures'
  * room is spent. */
 static atomic_bool h3_learn_closed;
+/* Why learning ended for the process (a string constant), for the stats. */
+static _Atomic(const char *) h3_learn_closed_why;
+static atomic_uint h3_learn_planned, h3_learn_derived_all;
 static atomic_ullong h3_learn_refused_ids[H3_LEARN_REFUSED_IDS];
 /* Why a call was not kept. */
 enum h3_learn_skip { H3_SKIP_TAKEN, H3_SKIP_LAUNCH, H3_SKIP_MATMUL, H3_SKIP_CUDNN, H3_SKIP_OTHER, H3_SKIP_REFUSED,
@@ -163,6 +171,14 @@ static void h3_learner_free(void *arg)
 static void h3_learn_key_make(void)
 {
     pthread_key_create(&h3_learn_key, h3_learner_free);
+}
+
+static void h3_learn_close(const char *why)
+{
+    const char *expected = NULL;
+    if (atomic_compare_exchange_strong(&h3_learn_closed_why, &expected, why))
+        H3_INFO(H3_SUB_HOOK, "learning ends for the process: %s", why);
+    atomic_store(&h3_learn_closed, true);
 }
 
 bool h3_learn_looking(void)
@@ -320,14 +336,16 @@ static inline bool h3_learn_refused_here(uint64_t id)
     return h3_learn_refused(h3_learn_triple(h3_learn_prev[0], h3_learn_prev[1], id));
 }
 
-static void h3_learn_refuse_id(uint64_t id)
+/* False when there is no room: the call stays in the learner's sight. */
+static bool h3_learn_refuse_id(uint64_t id)
 {
     for (unsigned i = 0; i < 16; i++) {
         atomic_ullong *slot = &h3_learn_refused_ids[(id + i) & (H3_LEARN_REFUSED_IDS - 1)];
         uint64_t expected = 0;
         if (atomic_compare_exchange_strong(slot, &expected, id) || expected == id)
-            return;
+            return true;
     }
+    return false;
 }
 
 bool h3_learn_wants(const struct h3_call *c)
@@ -1280,6 +1298,10 @@ static void h3_learn_refuse_group(uint64_t fp);
 /* Renders, parses and publishes the group of `period` calls starting at `start`. */
 static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period)
 {
+    if (atomic_fetch_add(&h3_learn_derived_all, 1) >= H3_LEARN_MAX_DERIVED) {
+        h3_learn_close("1024 groups derived");
+        return;
+    }
     struct h3_learn_group g = {.l = l, .n = period};
     g.pos = calloc(period, sizeof(*g.pos));
     char *text = NULL, *body = NULL;
@@ -1371,7 +1393,10 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
         if (atomic_load(&h3_learn_counts.learned) >= H3_LEARN_MAX_LEARNED ||
             h3_signatures_count() >= H3_LEARN_MAX_SIGNATURES) {
             why = "no room for another signature";
-            atomic_store(&h3_learn_closed, true);
+            h3_learn_close(why);
+        } else if (atomic_fetch_add(&h3_learn_planned, 1) >= H3_LEARN_MAX_PLANNED) {
+            why = "no room for another signature the planners see";
+            h3_learn_close("64 groups seen by the ops' planners");
         } else if ((planned = true, h3_engine_learned(sig, &engine_why, &resembles) == 0)) {
             if (engine_why != NULL && strchr(engine_why, ' ') == NULL) { /* an op's name */
                 snprintf(not_block, sizeof(not_block), "not the H3 block (%s plans nothing in it)", engine_why);
@@ -1406,6 +1431,7 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
          * batch, say) shares calls with the block's other shapes (the weight
          * casts), so only the group is remembered, not to be derived again. */
         if (!resembles) {
+            bool full = false;
             for (uint32_t j = 0; j < period; j++) {
                 const struct h3_learn_call *e = h3_learn_at(l, start + j);
                 /* The two calls before it in the group (the last ones of the
@@ -1419,10 +1445,14 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
                 }
                 for (unsigned a = 0; a < 2; a++)
                     for (unsigned b = 0; b < 2; b++)
-                        h3_learn_refuse_id(h3_learn_triple(before[1][a], before[0][b], e->id));
+                                full |= !h3_learn_refuse_id(h3_learn_triple(before[1][a], before[0][b], e->id));
                 if (e->kind == H3_SIG_MATMUL)
-                    h3_learn_refuse_id(h3_learn_mm_key(e));
+                    full |= !h3_learn_refuse_id(h3_learn_mm_key(e));
             }
+            static atomic_flag told = ATOMIC_FLAG_INIT;
+            if (full && !atomic_flag_test_and_set(&told)) /* its calls stay in sight, as far as the bounds */
+                H3_INFO(H3_SUB_HOOK, "the refused calls' table is full (%d): another model's repeating calls "
+                        "are looked at again", H3_LEARN_REFUSED_IDS);
             atomic_fetch_add(&h3_learn_counts.refused_calls, period);
         }
         /* A refusal that says something of the group (the planners', a
@@ -1643,4 +1673,7 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
     for (unsigned i = 0; i < h3_learn_nrefusals; i++)
         line("learn: refused %u times, a group of %u calls: %s", h3_learn_refusals[i].times,
              h3_learn_refusals[i].period, h3_learn_refusals[i].why);
+    const char *closed = atomic_load(&h3_learn_closed_why);
+    if (closed != NULL)
+        line("learn: learning ended for the process: %s", closed);
 }

@@ -143,7 +143,9 @@ $(B)/tests/variant-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/
 	python3 tests/tools/replay_mutate.py variant $< $@
 $(B)/tests/lengths-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py lengths $< $@
-ALIAS_REPLAYS += $(B)/tests/variant-replay.txt $(B)/tests/lengths-replay.txt
+$(B)/tests/lt-lengths-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py lt-lengths $< $@
+ALIAS_REPLAYS += $(B)/tests/variant-replay.txt $(B)/tests/lengths-replay.txt $(B)/tests/lt-lengths-replay.txt
 # Another model's layer with its first call on another stream (repeats, refused).
 $(B)/tests/streams-replay.txt: $(B)/tests/foreign-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py streams $< $@

@@ -31,6 +31,10 @@ with a mutation in every block, as a user's variant of the block would have:
   lengths  another model's layers at 70 prompt lengths, then the block:
            the gapped layer made from IN's launches renamed, each length's
            grids larger by one, 4 layers a length, then IN
+  lt-lengths  another model's layers with cuBLASLt GEMMs at 70 prompt
+           lengths, then the block: IN's first block renamed as the foreign
+           replay renames it (its kernels, its GEMMs' rows), each length's
+           grids and rows larger by one, 4 layers a length, then IN
   streams  another model's layer on two streams: the first 20 launches of
            IN, the first of them on stream 9000, the layer 10 times (a
            group that repeats and cannot be learned)
@@ -54,7 +58,7 @@ def block_starts(lines, at):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "padding", "unique", "gapped", "shared", "variant", "lengths", "streams"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "padding", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams"):
         sys.stderr.write(__doc__)
         return 2
     lines = open(sys.argv[2]).read().splitlines()
@@ -109,6 +113,26 @@ def main():
                 for f in renamed[k:k + 6]:
                     layer.append(" ".join(f[:1] + ["X" + f[1], str(int(f[2]) + t)] + f[3:]))
                 layer.append("G")
+            out += layer * 4
+        open(sys.argv[3], "w").write("\n".join(out + lines) + "\n")
+        return 0
+    if sys.argv[1] == "lt-lengths":
+        at = calls(lines)
+        starts = block_starts(lines, at)
+        if not starts or starts[0] + 42 >= len(at):
+            sys.stderr.write("replay_mutate.py: no block found\n")
+            return 2
+        block = [line.split(" ") for line in lines[at[starts[0]]:at[starts[0] + 42]]]
+        out = []
+        for t in range(70):
+            layer = []
+            for f in block:
+                g = f[:]
+                if g[0] == "L":
+                    g[1], g[2] = "X" + g[1], str(int(g[2]) + t)
+                elif g[0] == "M":
+                    g[37] = str(int(g[37]) + 8 + t)
+                layer.append(" ".join(g))
             out += layer * 4
         open(sys.argv[3], "w").write("\n".join(out + lines) + "\n")
         return 0

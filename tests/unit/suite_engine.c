@@ -44,6 +44,7 @@
 #define T_REPLAY_SHARED "build/tests/shared-replay.txt"
 #define T_REPLAY_VARIANT "build/tests/variant-replay.txt"
 #define T_REPLAY_LENGTHS "build/tests/lengths-replay.txt"
+#define T_REPLAY_LT_LENGTHS "build/tests/lt-lengths-replay.txt"
 #define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
@@ -2803,6 +2804,15 @@ START_TEST(another_models_layers_with_cublas_gemms_are_refused)
     stats = learning_run("learn-lengths", T_REPLAY_LENGTHS, false);
     ck_assert_msg(strstr(stats, "learn: 1 groups learned, 70 refused") != NULL, "%s", tail_of(stats));
     ck_assert_msg(stat_after(stats, "block-learned-71-42calls-n1797: ") >= 3, "%s", tail_of(stats));
+    free(stats);
+    /* The same with cuBLASLt GEMMs: each length's group reaches the ops'
+     * planners, and what they saw is kept for the process (weight_cache
+     * keeps its calls' marks), so after 64 of them learning ends: the
+     * memory stays bounded (at 99bbab0 every length kept one more). */
+    stats = learning_run("learn-lt-lengths", T_REPLAY_LT_LENGTHS, false);
+    ck_assert_msg(strstr(stats, "learn: 0 groups learned, 65 refused") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "learn: learning ended for the process: 64 groups seen by the ops' planners") != NULL,
+                  "%s", tail_of(stats));
     free(stats);
 }
 END_TEST
