@@ -191,6 +191,10 @@ def child(a):
                     _, ms = timed(g.replay)
                     diffs.append(differing(o, ref))
                     gpu[unfused].append(ms)
+            if a.clock_seconds > 0:  # the SM clock and power under each graph's replays, back to back
+                s["gpu_state_unfused"] = h3_vae.gpu_state_during(plain.replay, dev, seconds=a.clock_seconds)
+                s["gpu_state_fused"] = h3_vae.gpu_state_during(fused.replay, dev, seconds=a.clock_seconds)
+                diffs.append(differing(fused_out, ref))
             del plain, fused, plain_out, fused_out, out
             s.update(gpu_ms_per_block_unfused=harness.median(gpu[True]),
                      gpu_ms_per_block_fused=harness.median(gpu[False]))
@@ -248,7 +252,7 @@ def run_child(a, env, tokens, batches):
     """One child measuring `tokens` x `batches`; returns {rc, seconds, result, stats_lines, stats, error}."""
     argv = [sys.executable, os.path.abspath(__file__), "--child", "--tokens", ",".join(map(str, tokens)),
             "--batches", ",".join(map(str, batches)), "--blocks", str(a.blocks), "--runs", str(a.runs),
-            "--pairs", str(a.pairs), "--mode", a.mode, "--seed", str(a.seed)]
+            "--pairs", str(a.pairs), "--mode", a.mode, "--seed", str(a.seed), "--clock-seconds", str(a.clock_seconds)]
     t0 = time.time()
     try:
         p = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=a.timeout)
@@ -277,6 +281,14 @@ def fmt(v, digits=4):
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def clock(s):
+    """'SM MHz, W: unfused / fused' of a shape whose graphs' replays were watched (--clock-seconds), else '-'."""
+    states = [s.get("gpu_state_unfused"), s.get("gpu_state_fused")]
+    if not all(isinstance(g, dict) and "sm_clock_mhz" in g for g in states):
+        return "-"
+    return " / ".join(f"{g['sm_clock_mhz']:.0f} MHz {g['power_w']:.0f} W {g['clock_event_reasons']}" for g in states)
+
+
 def render(doc):
     """The human summary: one row per shape, then the stats lines."""
     lines = [f"# The shim learning the H3 block in the process: {doc['environment'].get('gpu', '?')}, "
@@ -287,17 +299,19 @@ def render(doc):
              f"start); torch {doc['environment'].get('torch')}.", "",
              "GPU time: the stack captured as a CUDA graph unobserved (unfused) and observed after learning "
              "(fused), replays alternating, medians. Eager: whole forwards with CUDA events (host-bound at small "
-             "shapes).", "",
+             "shapes). SM clock, power and clock-event reasons (0x4: the software power cap): nvidia-smi's "
+             "medians while each graph replays back to back (unfused / fused).", "",
              "| tokens | batch | grid | bitwise | GPU ms/block unfused | GPU ms/block fused | GPU ratio | "
+             "SM clock, power (unfused / fused) | "
              "eager ms/block paused | eager ms/block observed | eager paused/observed | "
              "paused timed | runs, ms/block | observed calls a run | learned: complete (broken) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in doc["shapes"]:
         bits = ("equal" if s["bitwise_ok"] else f"DIFFERS ({s['differing_max']} elements at most)"
                 if s["differing_max"] else "DIFFERS (two paused runs differed)")
         lines.append(f"| {s['tokens']} | {s['batch']} | {'x'.join(map(str, s['grid']))} | {bits} | "
                      f"{fmt(s.get('gpu_ms_per_block_unfused'))} | {fmt(s.get('gpu_ms_per_block_fused'))} | "
-                     f"{fmt(s.get('gpu_ratio'), 3)} | "
+                     f"{fmt(s.get('gpu_ratio'), 3)} | {clock(s)} | "
                      f"{fmt(s['ms_per_block_paused'])} | {fmt(s['ms_per_block_observed'])} | "
                      f"{fmt(s['ratio_paused_over_observed'], 3)} | "
                      f"{'pairs' if not s['pause_refused'] else 'before observing'} | "
@@ -328,6 +342,9 @@ def main(argv=None):
     p.add_argument("--mode", default="inference", choices=["inference", "serving"],
                    help="h3_vae.decode_context around everything (default inference: inference_mode + autocast)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights (the input: seed + 1)")
+    p.add_argument("--clock-seconds", type=float, default=1.5,
+                   help="seconds each graph replays back to back under nvidia-smi's SM clock and power readings "
+                        "(the first half second is not counted; 0: not read; default %(default)s)")
     p.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"),
                    help="preloaded in the children when LD_PRELOAD names no libh3shim")
     p.add_argument("--process-per-shape", action="store_true",
@@ -376,7 +393,7 @@ def main(argv=None):
     got = {(s["tokens"], s["batch"]) for s in measured}
     ok = (all(c["rc"] == 0 and not c.get("error") for c in children) and got == set(shapes)
           and all(s["bitwise_ok"] for s in measured))
-    config = ("tokens", "batches", "blocks", "runs", "pairs", "mode", "seed", "process_per_shape")
+    config = ("tokens", "batches", "blocks", "runs", "pairs", "mode", "seed", "process_per_shape", "clock_seconds")
     doc = {"pass": ok, "config": {k: getattr(a, k) for k in config},
            "environment": environment, "signatures_dir": sig_dir, "signature_files_at_start": at_start,
            "signature_files_at_end": signature_files(sig_dir), "notes": notes,

@@ -468,14 +468,25 @@ class LearnShapes(unittest.TestCase):
             t, h, w = self.ls.grid_for(tokens)
             self.assertEqual(t * h * w + 5, tokens)
 
+    def test_a_watched_shapes_clock_and_power(self):
+        s = shape(1797, 1)
+        self.assertEqual(self.ls.clock(s), "-")
+        s["gpu_state_unfused"] = {"sm_clock_mhz": 1980.0, "power_w": 650.2, "clock_event_reasons": "0x0"}
+        s["gpu_state_fused"] = {"error": "no readings"}
+        self.assertEqual(self.ls.clock(s), "-")
+        s["gpu_state_fused"] = {"sm_clock_mhz": 1672.5, "power_w": 690.0, "clock_event_reasons": "0x4"}
+        self.assertEqual(self.ls.clock(s), "1980 MHz 650 W 0x0 / 1672 MHz 690 W 0x4")
+
     def test_every_shape_equal_passes_in_one_child(self):
         rc, calls, doc, text = self.run_main(self.every)
         self.assertEqual(rc, 0)
         self.assertEqual(calls, [([261, 1797], [1, 2], os.path.abspath(__file__), "1")])
         self.assertTrue(doc["pass"])
         self.assertEqual(len(doc["shapes"]), 4)
-        self.assertIn("| 261 | 1 | 1x16x16 | equal | - | - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 | 400 | - |", text)
-        self.assertIn("| 261 | 2 | 1x16x16 | equal | - | - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 | 400 | 21 (0) |", text)
+        self.assertIn("| 261 | 1 | 1x16x16 | equal | - | - | - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 | 400 | - |",
+                      text)
+        self.assertIn("| 261 | 2 | 1x16x16 | equal | - | - | - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 | 400 | 21 (0) |",
+                      text)
         self.assertIn("1 groups learned, 0 refused", text)
 
     def test_a_bitwise_difference_fails(self):
@@ -517,7 +528,7 @@ class LearnShapes(unittest.TestCase):
             "h3shim: 9 stats: signature learned/block-learned-2-42calls-n522: 5 complete, 1 broken",
             "h3shim: 9 stats: op swiglu       21 groups run (42 calls)"])
         done = types.SimpleNamespace(returncode=0, stdout='{"shapes": []}\n', stderr=stderr)
-        a = types.SimpleNamespace(blocks=8, runs=3, pairs=20, mode="inference", seed=0, timeout=60)
+        a = types.SimpleNamespace(blocks=8, runs=3, pairs=20, mode="inference", seed=0, timeout=60, clock_seconds=1.5)
         with mock.patch.object(self.ls.subprocess, "run", lambda *a, **k: done), \
                 contextlib.redirect_stderr(io.StringIO()):
             c = self.ls.run_child(a, {}, [261], [1, 2])
