@@ -1445,7 +1445,7 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
                 }
                 for (unsigned a = 0; a < 2; a++)
                     for (unsigned b = 0; b < 2; b++)
-                                full |= !h3_learn_refuse_id(h3_learn_triple(before[1][a], before[0][b], e->id));
+                        full |= !h3_learn_refuse_id(h3_learn_triple(before[1][a], before[0][b], e->id));
                 if (e->kind == H3_SIG_MATMUL)
                     full |= !h3_learn_refuse_id(h3_learn_mm_key(e));
             }

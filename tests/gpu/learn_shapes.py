@@ -342,7 +342,7 @@ def main(argv=None):
     p.add_argument("--mode", default="inference", choices=["inference", "serving"],
                    help="h3_vae.decode_context around everything (default inference: inference_mode + autocast)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights (the input: seed + 1)")
-    p.add_argument("--clock-seconds", type=float, default=1.5,
+    p.add_argument("--clock-seconds", type=float, default=3.0,
                    help="seconds each graph replays back to back under nvidia-smi's SM clock and power readings "
                         "(the first half second is not counted; 0: not read; default %(default)s)")
     p.add_argument("--shim", default=os.path.join(ROOT, "build", "libh3shim.so"),

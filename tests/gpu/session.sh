@@ -42,7 +42,8 @@
 #   learn-shapes  learn_shapes.py with no signature loaded: block stacks at 261-1797
 #              tokens, batches 1, 2, 4, every one learned in the process, bitwise
 #              against the unobserved stack, GPU time per block from CUDA-graph
-#              replays (3-4 min)
+#              replays, the SM clock and power under each (3-4 min, and 2.5 more for
+#              the clocks: 3 s a graph)
 #   learn-edge  learn_shapes.py at 517 and 773 tokens alone, 5 pairs (1 min)
 #   learn-decode  full_decode.py, serving mode: the committed signatures (S, SG)
 #              beside none, every signature learned (L, LG), 1 round (4 min);
@@ -183,7 +184,7 @@ for step in "${steps[@]}"; do
                 H3SHIM_TRACE_FORMAT=chrome python3 scripts/serve.py --latent 1,24,12,24,24 --blocks 2 --requests 1 --warmup 0
             gzip -c "$work/trace.json" >"$work/$(date +%F)-nvidia-h200-trace-chrome.json.gz"
             rm -f "$work/trace.json" ;;
-        learn-shapes) run learn-shapes 330 python3 tests/gpu/learn_shapes.py --pairs 10 --evidence ;;
+        learn-shapes) run learn-shapes 540 python3 tests/gpu/learn_shapes.py --pairs 10 --evidence ;;
         learn-edge) run learn-edge 150 python3 tests/gpu/learn_shapes.py --tokens 517,773 --pairs 5 --evidence \
                         --tag=-edge ;;
         learn-decode) run learn-decode 420 python3 tests/gpu/full_decode.py --arms S,SG,L,LG --rounds 1 --requests 1 \

@@ -63,7 +63,7 @@ KERNEL_TESTS = ("rmsnorm", "residual_rmsnorm", "qk_norm_rope", "swiglu", "weight
 STEPS = ([(f"kernel-{t}", 200, [os.path.join(HERE, f"test_{t}.py"), "--fatbin",
                                  os.path.join(ROOT, "build", "kernels.fatbin")]) for t in KERNEL_TESTS]
          + [("shapes", 200, [os.path.join(HERE, "learn_shapes.py"), "--tokens", "261,1029,1797", "--batches", "1,2",
-                             "--pairs", "5", "--evidence", "--tag=-validate"]),
+                             "--pairs", "5", "--clock-seconds", "0", "--evidence", "--tag=-validate"]),
             ("decode", 240, [os.path.join(HERE, "full_decode.py"), "--latent", "1,24,12,24,24", "--arms", "S,SG,L,LG,V",
                              "--rounds", "1", "--tag=-validate"]),
             ("variants", 200, [os.path.join(HERE, "robust.py"), "--items", "variants", "--rounds", "1",
