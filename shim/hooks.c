@@ -205,6 +205,16 @@ static inline bool h3_config_wanted(enum h3_fn fn, const void *caller)
 #define H3_UNPAREN(...) __VA_ARGS__
 #define H3_WITH_CALLER(...) (caller_, __VA_ARGS__)
 
+/* Remembers what a configuration call says, its time counted with stats. */
+#define H3_CONFIG_NOTE(describe)                                                 \
+    do {                                                                         \
+        if (h3_config_active()) {                                                \
+            uint64_t t0_ = h3_hot.stats ? h3_now_ns() : 0;                       \
+            describe;                                                            \
+            if (t0_ != 0)                                                        \
+                h3_stats_config_time(h3_now_ns() - t0_);                         \
+        }                                                                        \
+    } while (0)
 /* Configuration calls: forwarded first; what succeeded is remembered (its
  * time counted in the shim's own, with stats).  One that forgets a handle
  * (FORGETS) forgets it first, then forwards: once the real call returns,
@@ -215,15 +225,14 @@ static inline bool h3_config_wanted(enum h3_fn fn, const void *caller)
     {                                                                            \
         (void)caller_;                                                           \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
-        const bool first_ = (h3_hooks[H3_FN_##name].props & H3_P_FORGETS) != 0; \
-        ret r_ = first_ ? (ret)0 : real_ args;                                   \
-        if (r_ == 0 && h3_config_active()) {                                     \
-            uint64_t t0_ = h3_hot.stats ? h3_now_ns() : 0;                       \
-            describe;                                                            \
-            if (t0_ != 0)                                                        \
-                h3_stats_config_time(h3_now_ns() - t0_);                         \
+        if ((h3_hooks[H3_FN_##name].props & H3_P_FORGETS) != 0) {                \
+            H3_CONFIG_NOTE(describe);                                            \
+            return real_ args;                                                   \
         }                                                                        \
-        return first_ ? real_ args : r_;                                         \
+        ret r_ = real_ args;                                                     \
+        if (r_ == 0)                                                             \
+            H3_CONFIG_NOTE(describe);                                            \
+        return r_;                                                               \
     }                                                                            \
     H3_EXPORT ret name params                                                    \
     {                                                                            \

@@ -285,15 +285,16 @@ static uint64_t h3_learn_identity(const struct h3_call *c)
  * or passed by as refused (prev[1] the last); 0 after a call it could not keep. */
 static __thread uint64_t h3_learn_prev[2];
 
-/* After each call the learner saw: whether it would keep the thread's next
- * GEMM, so that its descriptors are remembered as they are built
- * (h3_thread_wants_gemm).  Inside a refused group it would not: another
- * model's GEMMs are described by their shape alone, and one of a shape no
- * group refused is read in full at the GEMM instead. */
-static inline void h3_learn_note(uint64_t prev, bool gemms)
+/* After each call the learner saw: the last two identities move on by
+ * `id` (0: a break, both forgotten), and whether the learner would keep the
+ * thread's next GEMM, so that its descriptors are remembered as they are
+ * built (h3_thread_wants_gemm).  Inside a refused group it would not:
+ * another model's GEMMs are described by their shape alone, and one of a
+ * shape no group refused is read in full at the GEMM instead. */
+static inline void h3_learn_note(uint64_t id, bool gemms)
 {
-    h3_learn_prev[0] = prev != 0 ? h3_learn_prev[1] : 0;
-    h3_learn_prev[1] = prev;
+    h3_learn_prev[0] = id != 0 ? h3_learn_prev[1] : 0;
+    h3_learn_prev[1] = id;
     h3_thread.learn_gemms = gemms;
 }
 
@@ -303,19 +304,15 @@ static inline void h3_learn_note(uint64_t prev, bool gemms)
  * GEMM described by its shape alone. */
 static void h3_learn_pass(const struct h3_call *c, uint64_t id)
 {
-    const uint64_t last = h3_learn_prev[1];
-    h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c)); /* (forgets the last two) */
+    h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
     uint64_t prev = id != 0 ? id : h3_learn_unkept_prev(c);
-    if (prev != 0)
-        h3_learn_prev[0] = last, h3_learn_prev[1] = prev;
-    h3_thread.learn_gemms = prev == 0;
+    h3_learn_note(prev, prev == 0);
 }
 
 static inline uint64_t h3_learn_triple(uint64_t before2, uint64_t before1, uint64_t id)
 {
     return h3_learn_mix(h3_learn_mix(h3_learn_mix(H3_HASH_SEED, before2), before1), id) | 1;
 }
-
 
 static bool h3_learn_refused(uint64_t id)
 {
@@ -399,7 +396,6 @@ static void h3_learn_count(unsigned what)
 static void h3_learn_break(enum h3_learn_skip why)
 {
     h3_learn_count(why);
-    h3_learn_prev[0] = h3_learn_prev[1] = 0;
     struct h3_learner *l = h3_learner_tls;
     if (l != NULL)
         l->gap = true;
@@ -1621,7 +1617,7 @@ void h3_learn_observe(struct h3_call *c)
         if (h3_learner_tls != NULL)
             h3_learner_tls->since_repeat = 0;
         h3_learn_break(H3_SKIP_TAKEN);
-        h3_thread.learn_gemms = true; /* should the attempt break, its GEMM is kept */
+        h3_learn_note(0, true); /* should the attempt break, its GEMM is kept */
         return;
     }
     uint64_t id = asked != 0 ? asked : h3_learn_identity(c);

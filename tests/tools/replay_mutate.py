@@ -57,8 +57,27 @@ def block_starts(lines, at):
             and lines[at[k + 4]].startswith("M ")]
 
 
+MODES = ("middle", "padding", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams")
+
+
+def foreign(line, grow=0):
+    """A block line as another model's (the foreign replay's renaming): a launch's kernel renamed, a GEMM's rows
+    8 more; every launch's grid and GEMM's rows `grow` more (another prompt length)."""
+    f = line.split(" ")
+    if f[0] == "L":
+        f[1], f[2] = "X" + f[1], str(int(f[2]) + grow)
+    elif f[0] == "M":
+        f[37] = str(int(f[37]) + 8 + grow)
+    return " ".join(f)
+
+
+def gapped_layer(launches):
+    """Launches in runs of 6, a GEMM through cuBLAS's own entry point (a G line) after each run."""
+    return [x for k in range(0, len(launches), 6) for x in launches[k:k + 6] + ["G"]]
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("middle", "padding", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams"):
+    if len(sys.argv) != 4 or sys.argv[1] not in MODES:
         sys.stderr.write(__doc__)
         return 2
     lines = open(sys.argv[2]).read().splitlines()
@@ -68,8 +87,7 @@ def main():
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1] == "gapped":
-        launches = [line for line in lines if line.startswith("L ")][:30]
-        layer = [x for k in range(0, len(launches), 6) for x in launches[k:k + 6] + ["G"]]
+        layer = gapped_layer([line for line in lines if line.startswith("L ")][:30])
         open(sys.argv[3], "w").write("\n".join(layer * 100) + "\n")
         return 0
     if sys.argv[1] == "shared":
@@ -78,11 +96,8 @@ def main():
         if not starts:
             sys.stderr.write("replay_mutate.py: no block found\n")
             return 2
-        cast = lines[at[starts[0] + 1]]
-        renamed = [" ".join(f[:1] + ["X" + f[1]] + f[2:]) for f in
-                   (line.split(" ") for line in lines if line.startswith("L "))][:30]
-        layer = [x for k in range(0, len(renamed), 6) for x in renamed[k:k + 6] + ["G"]]
-        layer.insert(7, cast)
+        layer = gapped_layer([foreign(line) for line in lines if line.startswith("L ")][:30])
+        layer.insert(7, lines[at[starts[0] + 1]])  # the block's first weight cast
         open(sys.argv[3], "w").write("\n".join(layer * 20 + lines) + "\n")
         return 0
     if sys.argv[1] == "variant":
@@ -105,15 +120,8 @@ def main():
         open(sys.argv[3], "w").write("\n".join(variant + lines) + "\n")
         return 0
     if sys.argv[1] == "lengths":
-        renamed = [line.split(" ") for line in lines if line.startswith("L ")][:30]
-        out = []
-        for t in range(70):
-            layer = []
-            for k in range(0, 30, 6):
-                for f in renamed[k:k + 6]:
-                    layer.append(" ".join(f[:1] + ["X" + f[1], str(int(f[2]) + t)] + f[3:]))
-                layer.append("G")
-            out += layer * 4
+        launches = [line for line in lines if line.startswith("L ")][:30]
+        out = [x for t in range(70) for x in gapped_layer([foreign(line, t) for line in launches]) * 4]
         open(sys.argv[3], "w").write("\n".join(out + lines) + "\n")
         return 0
     if sys.argv[1] == "lt-lengths":
@@ -122,18 +130,8 @@ def main():
         if not starts or starts[0] + 42 >= len(at):
             sys.stderr.write("replay_mutate.py: no block found\n")
             return 2
-        block = [line.split(" ") for line in lines[at[starts[0]]:at[starts[0] + 42]]]
-        out = []
-        for t in range(70):
-            layer = []
-            for f in block:
-                g = f[:]
-                if g[0] == "L":
-                    g[1], g[2] = "X" + g[1], str(int(g[2]) + t)
-                elif g[0] == "M":
-                    g[37] = str(int(g[37]) + 8 + t)
-                layer.append(" ".join(g))
-            out += layer * 4
+        block = lines[at[starts[0]]:at[starts[0] + 42]]
+        out = [x for t in range(70) for x in [foreign(line, t) for line in block] * 4]
         open(sys.argv[3], "w").write("\n".join(out + lines) + "\n")
         return 0
     if sys.argv[1] == "streams":
