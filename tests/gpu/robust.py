@@ -36,6 +36,13 @@ SHA-256 must be the same in every process:
              autocast, no autocast, grad mode, another norm eps, forward
              hooks on a block and on a GEMM; the stats lines show where the
              ops ran and where the match broke.
+  implementations
+             the block written other ways (block_impls.py: the norm by hand,
+             three q/k/v GEMMs, interleaved RoPE, addcmul or in-place
+             residuals, another SDPA backend, ...), each in both decode modes,
+             at a shape of its own and at the committed signature's 1797
+             tokens; arms A, S and L (no signature loaded: everything learned),
+             three processes an arm; the report says which ops ran where.
 
     python3 tests/gpu/robust.py [--shim build/libh3shim.so] [--rounds 2] [--items workloads,threads,children,compiled,variants,nccl] [--tag SUFFIX]
 
@@ -53,11 +60,12 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-ITEMS = ("workloads", "threads", "children", "compiled", "variants", "nccl")
+ITEMS = ("workloads", "threads", "children", "compiled", "variants", "implementations", "nccl")
 
 
 # ---------------------------------------------------------------- child side
@@ -353,6 +361,13 @@ def child_compiled():
     return {"compiled_block": sha(out), "eager_block": sha(eager)}
 
 
+def child_implementations():
+    import block_impls  # beside this script
+    names = block_impls.GROUPS[int(os.environ.get("H3_ROBUST_IMPL_GROUP", "0"))]
+    res, shapes = block_impls.run(names, sha)
+    return {**res, "tokens_of": shapes}
+
+
 def child_variants():
     """The H3 decoder as users change it; each must decode exactly as without the shim (the
     ops run where the signature still matches and fall back where it does not)."""
@@ -459,11 +474,13 @@ def pooled_pairs(rounds):
     return dict(zip(("median", "low", "high"), shimstats.median_interval(pooled)), n=len(pooled)) if pooled else None
 
 
-def run_child(item, shim, paired_in_process=False, stats=True, shim_env=None):
+def run_child(item, shim, paired_in_process=False, stats=True, shim_env=None, child_env=None):
     """One child process for `item`: without the shim, with it (stats on unless not `stats`,
-    `shim_env` added), and with `paired_in_process` the workloads timed in pairs (PAIRED_ARMS)."""
+    `shim_env` added), and with `paired_in_process` the workloads timed in pairs (PAIRED_ARMS);
+    `child_env` in every arm."""
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("H3SHIM_")}
     env.pop("H3_ROBUST_PAUSE", None)
+    env.update(child_env or {})
     if shim:
         env.update(LD_PRELOAD=shim)
         import shimstats  # beside this script
@@ -487,8 +504,56 @@ def run_child(item, shim, paired_in_process=False, stats=True, shim_env=None):
         lines = p.stderr.splitlines()
         out["shim_stats"] = [ln for ln in lines if "stats: signature" in ln] + \
             [ln for ln in lines if "stats: op " in ln or "WARN" in ln or "ERROR" in ln][:20] + \
-            [ln for ln in lines if "stats: learn: " in ln or "shim host time" in ln or API_ROW.search(ln)]
+            [ln for ln in lines if "stats: learn: " in ln or "shim host time" in ln or API_ROW.search(ln)] + \
+            ([ln for ln in lines if "stats: plan " in ln] if item == "implementations" else [])
     return out
+
+
+def run_children(item, shim, **kw):
+    """run_child, or for the implementations one child per group of block_impls.GROUPS, merged."""
+    if item != "implementations":
+        return run_child(item, shim, **kw)
+    import block_impls  # beside this script
+    parts = [run_child(item, shim, child_env={"H3_ROBUST_IMPL_GROUP": str(g)}, **kw)
+             for g in range(len(block_impls.GROUPS))]
+    out = {"rc": max(p["rc"] for p in parts), "seconds": round(sum(p["seconds"] for p in parts), 1),
+           "result": {}, "shim_stats": [], "tokens_of": {}}
+    for p in parts:
+        result = dict(p.get("result") or {})
+        out["tokens_of"].update(result.pop("tokens_of", {}))
+        out["result"].update(result)
+        out["shim_stats"] += p.get("shim_stats", [])
+        if "error" in p:
+            out.setdefault("error", "")
+            out["error"] += p["error"]
+        if "result" not in p:
+            out["result"][f"group_{parts.index(p)}"] = "error: no result"
+    return out
+
+
+def implementations_fused(runs):
+    """{arm: {implementation: what its own shape's learned signatures did}} from the stats lines:
+    blocks complete and broken, and the ops planned."""
+    found = {}
+    for arm in ("S", "L"):
+        for r in runs.get(arm, [])[:1]:
+            by_rows = {}
+            for ln in r.get("shim_stats", []):
+                m = re.search(r"stats: signature (\S+?-n(\d+)): (\d+) complete, (\d+) broken", ln)
+                if m:
+                    e = by_rows.setdefault(int(m.group(2)), {"complete": 0, "broken": 0, "ops": set(), "sigs": set()})
+                    e["complete"] += int(m.group(3))
+                    e["broken"] += int(m.group(4))
+                    e["sigs"].add(m.group(1))
+            for ln in r.get("shim_stats", []):
+                m = re.search(r"stats: plan (\S+?-n(\d+)): op (\w+) takes", ln)
+                if m and int(m.group(2)) in by_rows:
+                    by_rows[int(m.group(2))]["ops"].add(m.group(3))
+            found[arm] = {name: {"complete": by_rows.get(t, {}).get("complete", 0),
+                                 "broken": by_rows.get(t, {}).get("broken", 0),
+                                 "ops": sorted(by_rows.get(t, {}).get("ops", ()))}
+                          for name, t in sorted(r.get("tokens_of", {}).items())}
+    return found
 
 
 def fused_everywhere(stats_lines, processes):
@@ -538,7 +603,8 @@ def main():
     doc, ok, lines = {"rounds": a.rounds, "items": {}}, True, []
     started, longest = time.time(), 0.0
     for item in a.items.split(","):
-        arms = tuple(a.workload_arms.split(",")) if item == "workloads" else ("A", "S")
+        arms = tuple(a.workload_arms.split(",")) if item == "workloads" else \
+            ("A", "S", "L") if item == "implementations" else ("A", "S")
         runs = {arm: [] for arm in arms}
         rounds_done = 0
         for rnd in range(a.rounds):  # the arms rotate: none always goes first
@@ -547,8 +613,10 @@ def main():
             t0 = time.time()
             for arm in arms[rnd % len(arms):] + arms[:rnd % len(arms)]:
                 shim_env, stats = PAIRED_ARMS.get(arm, ({}, True))
-                runs[arm].append(run_child(item, a.shim if arm != "A" else None,
-                                           paired_in_process=arm in PAIRED_ARMS, stats=stats, shim_env=shim_env))
+                if arm == "L":  # nothing loaded: every signature learned in the process
+                    shim_env = {"H3SHIM_SIGNATURES": tempfile.mkdtemp(prefix="h3shim-robust-")}
+                runs[arm].append(run_children(item, a.shim if arm != "A" else None,
+                                              paired_in_process=arm in PAIRED_ARMS, stats=stats, shim_env=shim_env))
             longest, rounds_done = max(longest, time.time() - t0), rounds_done + 1
         flats = [flatten(r.get("result")) for arm in arms for r in runs[arm]]
         keys = sorted(set().union(*flats))
@@ -582,6 +650,8 @@ def main():
             doc["items"][item] = {"skipped": flats[0]["skipped"]}
             continue
         entry = {"pass": item_ok, "outputs": outputs, "runs": runs, "rounds_done": rounds_done}
+        if item == "implementations":
+            entry["fused_at_own_shape"] = implementations_fused(runs)
         if item == "workloads":
             over = {}
             for k in keys:
@@ -646,12 +716,18 @@ def main():
                          + ("; arm N (learning off), observed over paused: {observed_over_paused:.4f}".format(
                              **pair["learn_off"]) + "; {n} pooled: {median:.4f} ({low:.4f}-{high:.4f})".format(
                              **pair["learn_off"]["pooled_pairs"]) if pair.get("learn_off", {}).get("pooled_pairs") else ""))
+        for arm, per in entry.get("fused_at_own_shape", {}).items():
+            lines.append(f"\nArm {arm}'s first round, each implementation's own shape (learned signatures): " +
+                         "; ".join(f"{n} ({r['complete']} blocks fused, {r['broken']} broken"
+                                   + (f", ops {' '.join(r['ops'])})" if r["ops"] else ", no op planned)")
+                                   for n, r in per.items()))
         stats = [ln for r in runs.get("S", []) for ln in r.get("shim_stats", [])]
         for r in runs.get("Q", [])[:1]:  # the learner's and the own time's lines of one process with pairs
             lines.append("\nArm Q's first process: " + "; ".join(ln.split("stats: ")[-1] for ln in r.get("shim_stats", [])
                                                                  if "learn:" in ln or "shim host time" in ln
                                                                  or API_ROW.search(ln)))
-        lines.append("\nShim stats lines (arm S): " + ("; ".join(sorted(set(s.split("stats: ")[-1] for s in stats))) or "none"))
+        lines.append("\nShim stats lines (arm S): " + ("; ".join(sorted(set(s.split("stats: ")[-1] for s in stats
+                                                                      if "stats: plan " not in s))) or "none"))
         lines.append("")
     doc["pass"] = ok
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no-gpu"

@@ -58,7 +58,7 @@
 #              swiglu kernel) with it (U) and without it (UN), 1 round (5 min);
 #              verify-quick the same on the quick latent, with VG (2 min)
 #   validate   tests/gpu/validate.py: the validation command's report (up to 10 min)
-#   variants threads children compiled workloads nccl
+#   variants threads children compiled implementations workloads nccl
 #              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min); each
 #              stops before a round that would outrun its limit and
 #              reports the rounds done (5 rounds outran 420 s at 369a5b8
@@ -213,7 +213,7 @@ for step in "${steps[@]}"; do
                 --items variants,workloads --rounds 1 --deadline 380 --tag=-learned ;;
         learn-quick) run learn-quick 200 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,SG,L,LG \
                          --rounds 1 --tag=-quick-learned ;;
-        variants|threads|children|compiled|nccl)
+        variants|threads|children|compiled|implementations|nccl)
             run "$step" 300 python3 tests/gpu/robust.py --items "$step" --rounds 2 --deadline 250 --tag="-$step" ;;
         *) echo "session.sh: unknown step '$step'" >&2; status=2 ;;
     esac

@@ -278,6 +278,68 @@ class RobustDeadline(unittest.TestCase):
         self.assertEqual(w["doc"]["items"]["workloads"]["rounds_done"], 1)
 
 
+class RobustImplementations(unittest.TestCase):
+    """robust.py's implementations item: one child per group of block_impls.GROUPS in each of
+    arms A, S and L (L with an empty signature directory); any differing hash fails the item;
+    what each implementation's own shape fused is read from the stats lines."""
+
+    def run_main(self, differ=None):
+        import block_impls
+        self.children = []
+
+        def fake_child(item, shim, paired_in_process=False, stats=True, shim_env=None, child_env=None):
+            group = int(child_env["H3_ROBUST_IMPL_GROUP"])
+            self.children.append((shim is not None, shim_env, group))
+            arm = "A" if shim is None else "L" if shim_env.get("H3SHIM_SIGNATURES") else "S"
+            names = block_impls.GROUPS[group]
+            result = {f"{n}/serving/own_shape": "h-" + n for n in names}
+            if differ and arm == differ[0]:
+                result[f"{differ[1]}/serving/own_shape"] = "other bits"
+            result["tokens_of"] = {n: 300 + group * 10 + i for i, n in enumerate(names)}
+            stats_lines = [f"h3shim: 7 stats: signature learned/block-learned-1-42calls-n{300 + group * 10}: "
+                           f"12 complete, 1 broken (first break: foreign at call 23)",
+                           f"h3shim: 7 stats: plan learned/block-learned-1-42calls-n{300 + group * 10}: "
+                           f"op swiglu takes calls 36,37,38"] if arm != "A" else []
+            return {"rc": 0, "seconds": 1, "result": result, "shim_stats": stats_lines}
+
+        written = {}
+
+        def fake_write(gpu, name, doc, lines):
+            written.update(doc=doc, lines=lines)
+
+        torch = types.SimpleNamespace(__version__="stub", cuda=types.SimpleNamespace(is_available=lambda: False))
+        import robust
+        argv = ["robust.py", "--items", "implementations", "--rounds", "1"]
+        with mock.patch.dict(sys.modules, {"torch": torch}), mock.patch.object(sys, "argv", argv), \
+                mock.patch.object(robust, "run_child", fake_child), \
+                mock.patch.object(shimstats, "write_evidence", fake_write):
+            rc = robust.main()
+        return rc, written
+
+    def test_every_group_in_every_arm(self):
+        import block_impls
+        rc, w = self.run_main()
+        self.assertEqual(rc, 0)
+        self.assertEqual(len(self.children), 3 * len(block_impls.GROUPS))
+        learned = [env for shim, env, _ in self.children if shim and env.get("H3SHIM_SIGNATURES")]
+        self.assertEqual(len(learned), len(block_impls.GROUPS))
+        self.assertTrue(all(os.path.isdir(env["H3SHIM_SIGNATURES"]) and not os.listdir(env["H3SHIM_SIGNATURES"])
+                            for env in learned))
+        fused = w["doc"]["items"]["implementations"]["fused_at_own_shape"]
+        first = block_impls.GROUPS[1][0]
+        self.assertEqual(fused["L"][first], {"complete": 12, "broken": 1, "ops": ["swiglu"]})
+        self.assertEqual(fused["S"][block_impls.GROUPS[1][1]], {"complete": 0, "broken": 0, "ops": []})
+        self.assertTrue(any(f"{first} (12 blocks fused, 1 broken, ops swiglu)" in line for line in w["lines"]))
+
+    def test_a_differing_hash_in_the_learned_arm_fails(self):
+        import block_impls
+        rc, w = self.run_main(differ=("L", block_impls.GROUPS[2][3]))
+        self.assertEqual(rc, 1)
+        self.assertFalse(w["doc"]["items"]["implementations"]["pass"])
+        self.assertTrue(any(line.startswith(f"- {block_impls.GROUPS[2][3]}/serving/own_shape: DIFFERS")
+                            for line in w["lines"]))
+
+
 class MedianInterval(unittest.TestCase):
     """shimstats.median_interval: what a few noisy rounds settle."""
 
