@@ -87,13 +87,11 @@ def implementations():
                 return F.scaled_dot_product_attention(q, k, v, **kw)
         return attn
 
-    q_weight = {}
+    q_weight = torch.linspace(0.5, 1.5, D, device="cuda")  # made outside any grad mode
 
     def qk_norm_weighted(x):
         """q and k norms with a weight (a learnable one in some copies of the block)."""
-        if x.device not in q_weight:
-            q_weight[x.device] = torch.linspace(0.5, 1.5, D, device=x.device)
-        return F.rms_norm(x.float(), (D,), q_weight[x.device], eps=E).to(HALF)
+        return F.rms_norm(x.float(), (D,), q_weight, eps=E).to(HALF)
 
     # The reference's parts, in the order Block.forward makes its calls.
     parts = dict(
@@ -156,9 +154,9 @@ def implementations():
 def run(names, sha, blocks=6, forwards=3):
     """({"NAME/MODE/PASS": sha256 or what was raised}, {NAME: tokens}) for the named implementations."""
     import torch
+    table = implementations()  # puts scripts/ on the path
 
-    import h3_vae  # on the path: implementations() put it there
-    table = implementations()
+    import h3_vae
     dev = torch.device("cuda")
     model = h3_vae.build_model(blocks, 0, dev)
     tokens = lambda shape: shape[2] * shape[3] * shape[4] + h3_vae.EXTRA_TOKENS  # noqa: E731
