@@ -175,6 +175,30 @@ static unsigned h3_group_ranges(const struct h3_groups *g, uint32_t first)
     return n;
 }
 
+/*
+ * Marks the launches that no planned range spans (from its first call to its
+ * last, its anchor included) as loose: the matcher compares their identity and
+ * wiring, not their bytes.  Such a launch is issued as the application made
+ * it, before or after each op's range as in the unfused stream, so what it
+ * computes is its own business; the bytes that would break on it are often
+ * what its kernel never reads (PyTorch's ReduceOp holds uninitialised stack
+ * in its unused OffsetCalculator entries and padding, equal in three
+ * instances and different in the fourth).  A launch inside a range's span
+ * stays compared in full: an op replaces it, or runs across it.  Set before
+ * the signature is published to the matcher (setup, or h3_engine_learned
+ * before h3_signatures_add), never after.
+ */
+static void h3_groups_loosen(struct h3_groups *g)
+{
+    struct h3_sig *sig = (struct h3_sig *)g->sig; /* not yet matched: see above */
+    for (uint32_t j = 0; j < sig->ncalls; j++) {
+        bool spanned = false;
+        for (unsigned r = 0; r < g->nranges && !spanned; r++)
+            spanned = g->ranges[r].first <= j && j <= g->ranges[r].last;
+        sig->calls[j].loose = sig->calls[j].kind == H3_SIG_LAUNCH && !spanned;
+    }
+}
+
 /* Fills and plans group table `g` of signature `s` (index `index`); false without memory. */
 static bool h3_groups_make(struct h3_groups *g, const struct h3_sig *sig, unsigned index)
 {
@@ -198,6 +222,7 @@ static bool h3_groups_make(struct h3_groups *g, const struct h3_sig *sig, unsign
             g->at[j].first = g->at[j].last = -1;
     }
     h3_groups_plan(g);
+    h3_groups_loosen(g);
     return true;
 }
 

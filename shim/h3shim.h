@@ -478,6 +478,11 @@ struct h3_sig_call {
     uint16_t *param_sizes;
     uint32_t nbytes;
     struct h3_sig_bytes *bytes;
+    /* A launch no op's range spans (engine.c sets it before the signature is
+     * matched): its bytes are not compared, only its identity and wiring.
+     * It is issued with its own bytes, before or after every op's range, as
+     * in the unfused stream (docs/matching.md). */
+    bool loose;
     uint32_t nslots;
     uint32_t value_base; /* its first slot's index in an instance's values: the slots before it */
     struct h3_sig_slot *slots;

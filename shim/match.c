@@ -8,8 +8,8 @@
  * instance) and the per-signature counts of complete and broken instances.
  * Invariants: constant work per call and signature (one expected call is
  * compared, and call 0 again after a break); a group is matched only when
- * every call has the recorded identity and stable bytes and every pointer
- * is wired as recorded.  State is per thread: a group's calls must come from
+ * every call has the recorded identity and stable bytes (a launch that no
+ * op's range spans: its identity) and every pointer is wired as recorded.  State is per thread: a group's calls must come from
  * one thread on one stream, as PyTorch issues them.
  * Never: allocates after a thread's first observed call, or touches CUDA.
  */
@@ -198,7 +198,7 @@ static const char *h3_match_one(struct h3_match_progress *p, uint32_t j, const s
         if (c->args == NULL || c->nparams != sc->nparams ||
             memcmp(c->param_sizes, sc->param_sizes, sc->nparams * sizeof(uint16_t)) != 0)
             return "params";
-        for (uint32_t i = 0; i < sc->nbytes; i++) {
+        for (uint32_t i = 0; !sc->loose && i < sc->nbytes; i++) {
             const struct h3_sig_bytes *b = &sc->bytes[i];
             if (memcmp((const char *)c->args[b->param] + b->offset, b->data, b->len) != 0)
                 return "bytes";
@@ -376,6 +376,13 @@ static void h3_match_count_break(unsigned s, const char *why, uint32_t at)
                 "a graph's memory pool), so nothing it covers is fused. A signature recorded from this program "
                 "would cover it (signatures/README.md)",
                 sig->model, sig->group, sig->path, H3_MATCH_WARN_AFTER, call);
+    else if (sig->source != NULL && strcmp(sig->source, "learned") == 0)
+        /* Learned in this process: no other build to blame. */
+        H3_WARN(H3_SUB_HOOK,
+                "signature %s/%s: %d attempts to match it broke and none completed (first break: %s at call %u): "
+                "the three instances it was learned from agreed there and later ones do not, so the blocks it "
+                "covers run unfused, exactly (docs/learning.md, \"Limits\")",
+                sig->model, sig->group, H3_MATCH_WARN_AFTER, first, call);
     else
         H3_WARN(H3_SUB_HOOK,
                 "signature %s/%s (%s): %d attempts to match it broke and none completed (first break: %s at call "

@@ -35,6 +35,7 @@
 #define T_REPLAY_GEMM_MOVED "build/tests/h3-block3-frees-gemm-moved.txt"
 #define T_REPLAY_MUTATED "build/tests/h3-block3-mutated-middle.txt"
 #define T_REPLAY_PADDING "build/tests/h3-block3-mutated-padding.txt"
+#define T_REPLAY_LOOSE "build/tests/h3-block3-mutated-loose.txt"
 #define T_REPLAY_UNIQUE "build/tests/unique-replay.txt"
 #define T_MOVED_TO 0x7e0000000000ull /* replay_frees.py's MOVED_TO */
 #define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
@@ -2451,6 +2452,62 @@ START_TEST(padding_beside_a_flag_keeps_the_flag)
 END_TEST
 
 /*
+ * Stale bytes in a launch that no op's range spans (replay_mutate.py loose:
+ * the nan_to_num functor's padding), the same in the three learning
+ * instances and different in each later block, as the unused entries and
+ * padding of PyTorch's ReduceOp are in a block whose norm is written by hand
+ * (robust.py's implementations, on the H200: "bytes at call 1", nothing
+ * fused).  The launch is matched on its identity and wiring, with the
+ * committed signature and with the learned one: every block fuses as in the
+ * unmutated replay, and each mutated launch runs with its own bytes (its
+ * execution, parameters' hash and all, is the one the fakes log without the
+ * shim).
+ */
+START_TEST(a_launch_no_op_spans_is_matched_without_its_bytes)
+{
+    T_NEEDS_KERNELS();
+    char *none = t_path("no-signatures");
+    ck_assert(mkdir(none, 0777) == 0 || errno == EEXIST);
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    static const char *const ops[] = {"stats: op norm_cast    ", "stats: op qk_norm_rope ", "stats: op residual_norm ",
+                                      "stats: op swiglu       ", "stats: op weight_cache "};
+    /* The executions of the mutated launches, as the fakes log them without the shim. */
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    char *plain = replay_with("loose-plain", t_disabled, NULL);
+    t_run.replay = T_REPLAY_LOOSE;
+    char *plain_mutated = replay_with("loose-plain-mutated", t_disabled, NULL);
+    char *mutated[8];
+    size_t nmutated = 0;
+    char *copy = strdup(plain_mutated), *save = NULL;
+    for (char *l = strtok_r(copy, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save))
+        if (strncmp(l, "exec ", 5) == 0 && strstr(plain, l) == NULL && nmutated < 8)
+            mutated[nmutated++] = l;
+    ck_assert_msg(nmutated == 6, "%zu executions differ without the shim, 6 launches were mutated", nmutated);
+    for (int learned = 0; learned < 2; learned++) {
+        t_run.sigs = learned ? none : NULL;
+        t_run.replay = T_REPLAY_FREES_CASTS;
+        char *base_stats, *stats;
+        free(replay_with(learned ? "loose-base-learned" : "loose-base", env, &base_stats));
+        t_run.replay = T_REPLAY_LOOSE;
+        char *log = replay_with(learned ? "loose-learned" : "loose-committed", env, &stats);
+        t_run.sigs = NULL, t_run.replay = NULL;
+        for (size_t i = 0; i < H3_ARRAY_LEN_T(ops); i++) {
+            long runs = stat_after(stats, ops[i]);
+            ck_assert_msg(runs > 0 && runs == stat_after(base_stats, ops[i]), "%s%ld groups, unmutated %ld:\n%s",
+                          ops[i], runs, stat_after(base_stats, ops[i]), tail_of(stats));
+        }
+        ck_assert_msg(strstr(stats, "(first break: bytes") == NULL && strstr(stats, "WARN") == NULL, "%s",
+                      tail_of(stats));
+        for (size_t i = 0; i < nmutated; i++)
+            ck_assert_msg(strstr(log, mutated[i]) != NULL, "%s: not executed with its own bytes: %s",
+                          learned ? "learned" : "committed", mutated[i]);
+        free(base_stats), free(log), free(stats);
+    }
+    free(copy), free(plain), free(plain_mutated), free(none);
+}
+END_TEST
+
+/*
  * Verify mode.  The log without what the shim issues of its own: the fused
  * and verify kernels' executions (an "exec" line followed by the kernel's
  * "..._check" or "verify_note" line) and the events and memsets it makes;
@@ -3208,6 +3265,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, two_threads_learn_the_block_once);
     tcase_add_test(ops, a_mutated_block_is_learned_not_fused);
     tcase_add_test(ops, padding_beside_a_flag_keeps_the_flag);
+    tcase_add_test(ops, a_launch_no_op_spans_is_matched_without_its_bytes);
     tcase_add_test(ops, verify_mode_compares_then_fuses);
     tcase_add_test(ops, verify_mode_turns_a_wrong_op_off);
     tcase_add_test(ops, verify_mode_falls_back_where_it_cannot_compare);
