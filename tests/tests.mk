@@ -130,6 +130,11 @@ ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-padding.txt
 $(B)/tests/h3-block3-mutated-loose.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py loose $< $@
 ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-loose.txt
+# The block with a launch after the rope that reads k's FP16 norm, freed after that launch
+# (the freed-outputs rule must write what a held launch reads).
+$(B)/tests/h3-block3-mutated-reader.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py reader $< $@
+ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-reader.txt
 # A stream that never repeats (the learner keeps it in its fixed memory and learns nothing).
 $(B)/tests/unique-replay.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py unique $< $@

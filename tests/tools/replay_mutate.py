@@ -12,6 +12,11 @@ with a mutation in every block, as a user's variant of the block would have:
            upper bytes of an address in the cat's output buffer, as stale
            stack bytes may be: the word holding the flags is then 0 in some
            instances and near a device address in others
+  reader   a launch after the rope in the same group that reads k's FP16
+           norm (a copy of call 10 into a buffer of its own, reading call
+           10's output), and that norm's free moved from after call 22 to
+           after it: an output of the q/k op freed while a held launch that
+           reads it waits to be issued
   unique   3000 launches of the block's first kernel, each with a grid of
            its own: a stream in which no run of calls ever repeats
   gapped   another model's layers as a transformers Llama makes them in
@@ -62,7 +67,7 @@ def block_starts(lines, at):
             and lines[at[k + 4]].startswith("M ")]
 
 
-MODES = ("middle", "padding", "loose", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams")
+MODES = ("middle", "padding", "loose", "reader", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -159,6 +164,31 @@ def main():
             f[len(f) - nparams + 1] = functor.hex()
             lines[i] = " ".join(f)
         open(sys.argv[3], "w").write("\n".join(lines) + "\n")
+        return 0
+    if sys.argv[1] == "reader":
+        at = calls(lines)
+        blocks = [k for k in block_starts(lines, at)
+                  if k + 24 < len(at) and "nan_to_num_kernel_cuda" in lines[at[k + 24]].split(" ")[1]]
+        if not blocks:
+            sys.stderr.write("replay_mutate.py: no block found\n")
+            return 2
+        insert, drop = {}, set()
+        for b, k in enumerate(blocks):
+            f = lines[at[k + 10]].split(" ")
+            nparams = int(f[10])
+            ptrs = bytes.fromhex(f[-1])
+            norm = int.from_bytes(ptrs[:8], "little")
+            free = next(i for i in range(at[k + 22] + 1, at[k + 23])
+                        if lines[i].startswith("F ") and int(lines[i].split(" ")[1], 16) == norm)
+            f[-1] = ((0x7e0000000000 + b * 0x1000000).to_bytes(8, "little") + norm.to_bytes(8, "little")).hex()
+            assert nparams == 3
+            insert[at[k + 22]] = [" ".join(f), lines[free]]
+            drop.add(free)
+        out = []
+        for i, line in enumerate(lines):
+            if i not in drop:
+                out += [line] + insert.get(i, [])
+        open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1] == "padding":
         out, cats = [], 0

@@ -36,6 +36,7 @@
 #define T_REPLAY_MUTATED "build/tests/h3-block3-mutated-middle.txt"
 #define T_REPLAY_PADDING "build/tests/h3-block3-mutated-padding.txt"
 #define T_REPLAY_LOOSE "build/tests/h3-block3-mutated-loose.txt"
+#define T_REPLAY_READER "build/tests/h3-block3-mutated-reader.txt"
 #define T_REPLAY_UNIQUE "build/tests/unique-replay.txt"
 #define T_MOVED_TO 0x7e0000000000ull /* replay_frees.py's MOVED_TO */
 #define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
@@ -2508,6 +2509,42 @@ START_TEST(a_launch_no_op_spans_is_matched_without_its_bytes)
 END_TEST
 
 /*
+ * A launch after the rope, in the rope's group, that reads k's FP16 norm
+ * (replay_mutate.py reader), the norm freed once that launch returned and
+ * before the group's next call: the q/k op runs at that call, after the
+ * free, while the launch is still held.  The norm is written (what the held
+ * launch reads), every other freed intermediate is left out as before.
+ * Without the reader the freed-outputs rule had taken the free alone and
+ * left the norm out: the held launch read memory nothing wrote.
+ */
+START_TEST(an_output_a_held_launch_reads_is_written)
+{
+    T_NEEDS_KERNELS();
+    char *stats = NULL;
+    char *none = t_path("no-signatures");
+    ck_assert(mkdir(none, 0777) == 0 || errno == EEXIST);
+    static const char *const env[] = {"H3SHIM_OPS=all", NULL};
+    t_run.replay = T_REPLAY_READER;
+    t_run.sigs = none;
+    char *log = replay_with("reader", env, &stats);
+    t_run.sigs = NULL, t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "learn: 1 groups learned") != NULL && strstr(stats, "skip_released: on") != NULL,
+                  "%s", tail_of(stats));
+    /* k's FP16 norm is bit 13 of what the q/k op left out (side 1, field 3). */
+    size_t fused = 0;
+    for (const char *at = strstr(log, "qk_check 1 "); at != NULL; at = strstr(at + 1, "qk_check 1 ")) {
+        unsigned long dropped = strtoul(at + strlen("qk_check 1 "), NULL, 16);
+        ck_assert_msg((dropped & (1ul << 13)) == 0, "k's FP16 norm left out (%lx) while a held launch reads it", dropped);
+        ck_assert_msg(dropped != 0, "nothing left out: the freed-outputs rule did not run");
+        fused++;
+    }
+    ck_assert_msg(fused >= 3 && strstr(stats, "op qk_norm_rope left out") != NULL, "%zu fused\n%s", fused,
+                  tail_of(stats));
+    free(stats), free(log), free(none);
+}
+END_TEST
+
+/*
  * Verify mode.  The log without what the shim issues of its own: the fused
  * and verify kernels' executions (an "exec" line followed by the kernel's
  * "..._check" or "verify_note" line) and the events and memsets it makes;
@@ -3266,6 +3303,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, a_mutated_block_is_learned_not_fused);
     tcase_add_test(ops, padding_beside_a_flag_keeps_the_flag);
     tcase_add_test(ops, a_launch_no_op_spans_is_matched_without_its_bytes);
+    tcase_add_test(ops, an_output_a_held_launch_reads_is_written);
     tcase_add_test(ops, verify_mode_compares_then_fuses);
     tcase_add_test(ops, verify_mode_turns_a_wrong_op_off);
     tcase_add_test(ops, verify_mode_falls_back_where_it_cannot_compare);
