@@ -86,7 +86,7 @@ static bool h3_groups_claimable(const struct h3_groups *g, struct h3_op_range *r
         return false;
     if (r->mask == 0)
         r->mask = held_last - r->first == 63 ? ~0ull : (2ull << (held_last - r->first)) - 1;
-    if ((r->mask & 1) == 0 || h3_range_last_claimed(r) > glast)
+    if ((r->mask & 1) == 0 || h3_range_last_claimed(r) > held_last) /* a mask within its range: loose calls lie outside */
         return false;
     for (uint32_t k = 0; k < 64; k++)
         if (((r->mask >> k) & 1) && g->at[r->first + k].claim_at >= 0)
