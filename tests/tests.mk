@@ -117,24 +117,16 @@ ALIAS_REPLAYS += $(B)/tests/h3-serving3-a-replay.txt
 # reported for a CPU device; and with the GEMMs' weight and bias casts freed after each GEMM.
 $(B)/tests/h3-block3-frees-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_frees.py
 	python3 tests/tools/replay_frees.py $* $< $@
-# The block with another kernel in its middle (the learner learns it; the ops take none of it).
-$(B)/tests/h3-block3-mutated-middle.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
-	python3 tests/tools/replay_mutate.py middle $< $@
-ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-middle.txt
-# The block with stale bytes beside the cats' isContiguous flags, 0 in some blocks only (learned, fused).
-$(B)/tests/h3-block3-mutated-padding.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
-	python3 tests/tools/replay_mutate.py padding $< $@
-ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-padding.txt
-# The block with stale bytes in a launch that no op's range spans, the same while it is learned
-# and different in every later block (learned, matched on its identity, fused).
-$(B)/tests/h3-block3-mutated-loose.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
-	python3 tests/tools/replay_mutate.py loose $< $@
-ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-loose.txt
-# The block with a launch after the rope that reads k's FP16 norm, freed after that launch
-# (the freed-outputs rule must write what a held launch reads).
-$(B)/tests/h3-block3-mutated-reader.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
-	python3 tests/tools/replay_mutate.py reader $< $@
-ALIAS_REPLAYS += $(B)/tests/h3-block3-mutated-reader.txt
+# The block mutated in every block by replay_mutate.py MODE (its docstring says how):
+#   middle  another kernel in its middle (the learner learns it; the ops take none of it)
+#   padding stale bytes beside the cats' isContiguous flags, 0 in some blocks only (learned, fused)
+#   loose   stale bytes in a launch no op's range spans, the same while it is learned and
+#           different in every later block (learned, matched on its identity, fused)
+#   reader  a launch after the rope that reads k's FP16 norm, freed after that launch (the
+#           freed-outputs rule must write what a held launch reads)
+$(B)/tests/h3-block3-mutated-%.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py $* $< $@
+ALIAS_REPLAYS += $(foreach m,middle padding loose reader,$(B)/tests/h3-block3-mutated-$(m).txt)
 # A stream that never repeats (the learner keeps it in its fixed memory and learns nothing).
 $(B)/tests/unique-replay.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py unique $< $@
