@@ -699,19 +699,15 @@ static void h3_group_take_owed(struct h3_queue *q)
         h3_queue_owe(q, owed[k].d, owed[k].out);
 }
 
-/* For range `ri`, which begins at held call `i` of the group starting at
- * signature call `first`: the held launches after its first call and what
- * each may read (h3_op_later; ops.c's freed-outputs rule).  Past 256 held
- * calls, the next may read anything. */
-static void h3_group_later(const struct h3_queue *q, const struct h3_groups *g, uint32_t first, uint32_t i, int32_t ri)
+/* For range `r`, which begins at held call `i`: the first held launch after
+ * that is not its own, or NULL (h3_op_later; ops.c's freed-outputs rule). */
+static const struct h3_deferred *h3_group_next_reader(const struct h3_queue *q, const struct h3_op_range *r,
+                                                       uint32_t i)
 {
-    static _Thread_local uint8_t kind[257];
-    uint32_t n = q->n - i - 1 < 257 ? q->n - i - 1 : 257;
-    for (uint32_t k = 0; k < n; k++) {
-        int32_t claim = g->at[first + i + 1 + k].claim_at;
-        kind[k] = k == 256 || claim < 0 ? H3_LATER_ANY : claim == ri ? H3_LATER_OWN : H3_LATER_SLOTS;
-    }
-    h3_op_later(&q->calls[i + 1], &g->sig->calls[first + i + 1], kind, n);
+    for (uint32_t k = i + 1; k < q->n; k++)
+        if (k - i >= 64 || ((r->mask >> (k - i)) & 1) == 0)
+            return &q->calls[k];
+    return NULL;
 }
 
 static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_call *anchor)
@@ -729,11 +725,10 @@ static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_c
         int32_t ri = g->at[first + i].claim_at;
         const struct h3_op_range *r = ri >= 0 ? &g->ranges[ri] : NULL;
         if (r != NULL && r->first == first + i && h3_group_range_ready(q, r, ri, first, anchor)) {
-            if (!r->anchored)
-                h3_group_later(q, g, first, i, ri);
+            h3_op_later(r->anchored ? NULL : h3_group_next_reader(q, r, i));
             const char *why = r->anchored ? h3_op_check_range(r, &q->calls[i], anchor)
                                           : h3_op_run(r, g->sig, &q->calls[i], NULL);
-            h3_op_later(NULL, NULL, NULL, 0);
+            h3_op_later(NULL);
             if (!r->anchored)
                 h3_group_take_owed(q);
             if (why == h3_verify_running) {

@@ -834,16 +834,13 @@ bool h3_released_on(void);
  * launch was held and before the first later held launch that may read it
  * was made does (h3_op_later; counted as left out).  A bit each. */
 uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n);
-/* The held launches after the first call of the range about to run, in the
- * group's order (engine.c, before h3_op_run; n = 0 for none), and what each
- * may read: H3_LATER_OWN, the range's own call (replaced: read inside the
- * op); H3_LATER_SLOTS, another range's call, an element-wise launch its
- * planner recognised, which reads through its pointer slots only (`sig`:
- * the signature's calls at the same index); H3_LATER_ANY, a launch no range
- * claims, which may read anything.  A held launch was made before the op
- * runs: an output freed after it was made may be what it reads. */
-enum h3_later_kind { H3_LATER_OWN, H3_LATER_SLOTS, H3_LATER_ANY };
-void h3_op_later(const struct h3_deferred *calls, const struct h3_sig_call *sig, const uint8_t *kind, uint32_t n);
+/* The first held launch after the first call of the range about to run that
+ * is not one of the range's own (engine.c, before h3_op_run; NULL: none).  It
+ * was made before the op runs and may read any output the op would leave out
+ * (a weight cast reads its input through a word that is no slot, an
+ * unclaimed launch through anything): an output freed after it was made is
+ * written. */
+void h3_op_later(const struct h3_deferred *next);
 /* For the stats: on, off, or why not. */
 const char *h3_released_state(void);
 /* For an anchored op's run: launch `d` of the group being run, which the op

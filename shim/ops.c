@@ -595,37 +595,12 @@ static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
     uint64_t bytes;
 } h3_left_out;
 
-/* The held launches after the running range's first call (h3_op_later). */
-static _Thread_local struct {
-    const struct h3_deferred *calls;
-    const struct h3_sig_call *sig;
-    const uint8_t *kind;
-    uint32_t n;
-} h3_later;
+/* The first held launch after the running range's first call that is not its own (h3_op_later). */
+static _Thread_local const struct h3_deferred *h3_later;
 
-void h3_op_later(const struct h3_deferred *calls, const struct h3_sig_call *sig, const uint8_t *kind, uint32_t n)
+void h3_op_later(const struct h3_deferred *next)
 {
-    h3_later.calls = calls, h3_later.sig = sig, h3_later.kind = kind, h3_later.n = n;
-}
-
-/* The first later held launch that may read `s`, or NULL: one no range
- * claims, or one of another range whose pointer slot points into `s`. */
-static const struct h3_deferred *h3_later_reader(struct h3_span s)
-{
-    for (uint32_t k = 0; k < h3_later.n; k++) {
-        if (h3_later.kind[k] == H3_LATER_ANY)
-            return &h3_later.calls[k];
-        if (h3_later.kind[k] != H3_LATER_SLOTS)
-            continue;
-        const struct h3_sig_call *sc = &h3_later.sig[k];
-        for (uint32_t i = 0; i < sc->nslots; i++) {
-            uint64_t v;
-            memcpy(&v, (const char *)h3_later.calls[k].argv[sc->slots[i].param] + sc->slots[i].offset, sizeof(v));
-            if (v >= s.lo && v < s.hi)
-                return &h3_later.calls[k];
-        }
-    }
-    return NULL;
+    h3_later = next;
 }
 
 uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n)
@@ -640,9 +615,8 @@ uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *co
         /* Freed before anything that may read it was made: no launch made
          * after a free reads the freed tensor (whatever gets the memory next
          * is written first).  A held launch made before the free may. */
-        const struct h3_deferred *reader = h3_later_reader(out[i]);
-        if (reader != NULL ? h3_released_between(by[i]->made, reader->made, out[i]) != 1
-                           : !h3_released_since(by[i]->made, out[i]))
+        if (h3_later != NULL ? h3_released_between(by[i]->made, h3_later->made, out[i]) != 1
+                             : !h3_released_since(by[i]->made, out[i]))
             continue;
         released |= 1ull << i;
         h3_left_out.outputs++;

@@ -17,6 +17,11 @@ with a mutation in every block, as a user's variant of the block would have:
            10's output), and that norm's free moved from after call 22 to
            after it: an output of the q/k op freed while a held launch that
            reads it waits to be issued
+  cast-reader  the w2 weight's cast (call 38) reading silu's output instead
+           of its FP32 weight (a word of its parameters that is no pointer
+           slot), and silu's output freed after that cast instead of after
+           the mul: a launch another op claims that reads an output of
+           swiglu's through a word the matcher does not compare
   unique   3000 launches of the block's first kernel, each with a grid of
            its own: a stream in which no run of calls ever repeats
   gapped   another model's layers as a transformers Llama makes them in
@@ -67,7 +72,7 @@ def block_starts(lines, at):
             and lines[at[k + 4]].startswith("M ")]
 
 
-MODES = ("middle", "padding", "loose", "reader", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams")
+MODES = ("middle", "padding", "loose", "reader", "cast-reader", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -189,6 +194,28 @@ def main():
             if i not in drop:
                 out += [line] + insert.get(i, [])
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
+        return 0
+    if sys.argv[1] == "cast-reader":
+        out, moved = list(lines), {}
+        for i, line in enumerate(lines):
+            if not (line.startswith("L ") and "silu_kernel" in line.split(" ")[1]):
+                continue
+            free = i + 2  # the mul, then silu's output freed
+            cast = free + 2  # the two weight casts of w2, then its GEMM
+            if not (lines[free].startswith("F ") and "MulFunctor" in lines[i + 1]
+                    and "float16_copy" in lines[cast] and lines[cast + 1].startswith("M ")):
+                continue
+            f = lines[cast].split(" ")
+            ptrs = bytes.fromhex(f[-1])
+            f[-1] = (ptrs[:8] + int(lines[free].split(" ")[1], 16).to_bytes(8, "little")).hex()
+            out[cast] = " ".join(f)
+            moved[free] = cast
+        if not moved:
+            sys.stderr.write("replay_mutate.py: no silu found\n")
+            return 2
+        after = {cast: lines[free] for free, cast in moved.items()}
+        res = [x for i, line in enumerate(out) if i not in moved for x in [line] + ([after[i]] if i in after else [])]
+        open(sys.argv[3], "w").write("\n".join(res) + "\n")
         return 0
     if sys.argv[1] == "padding":
         out, cats = [], 0
