@@ -725,7 +725,7 @@ static bool h3_group_run_here(struct h3_queue *q, struct h3_call *c, struct h3_c
         int32_t ri = g->at[first + i].claim_at;
         const struct h3_op_range *r = ri >= 0 ? &g->ranges[ri] : NULL;
         if (r != NULL && r->first == first + i && h3_group_range_ready(q, r, ri, first, anchor)) {
-            h3_op_later(r->anchored ? NULL : h3_group_next_reader(q, r, i));
+            h3_op_later(h3_group_next_reader(q, r, i)); /* an anchored check leaves nothing out */
             const char *why = r->anchored ? h3_op_check_range(r, &q->calls[i], anchor)
                                           : h3_op_run(r, g->sig, &q->calls[i], NULL);
             h3_op_later(NULL);

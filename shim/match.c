@@ -9,8 +9,9 @@
  * Invariants: constant work per call and signature (one expected call is
  * compared, and call 0 again after a break); a group is matched only when
  * every call has the recorded identity and stable bytes (a launch that no
- * op's range spans: its identity) and every pointer is wired as recorded.  State is per thread: a group's calls must come from
- * one thread on one stream, as PyTorch issues them.
+ * op's range spans: its identity) and every pointer is wired as recorded.
+ * State is per thread: a group's calls must come from one thread on one
+ * stream, as PyTorch issues them.
  * Never: allocates after a thread's first observed call, or touches CUDA.
  */
 #include "h3shim.h"

@@ -596,7 +596,7 @@ static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
 } h3_left_out;
 
 /* The first held launch after the running range's first call that is not its own (h3_op_later). */
-static _Thread_local const struct h3_deferred *h3_later;
+static __attribute__((tls_model("initial-exec"))) _Thread_local const struct h3_deferred *h3_later;
 
 void h3_op_later(const struct h3_deferred *next)
 {
