@@ -27,6 +27,11 @@
  * exported dlsym is called by those runtimes' own start-up. */
 #define H3_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
 #define H3_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* Thread-local data of the shim.  Initial-exec: the library is loaded at
+ * start-up (LD_PRELOAD), and each access is then one load off the thread
+ * pointer, not a call to __tls_get_addr (which every call of another model
+ * would pay, on data it also touches). */
+#define H3_TLS __attribute__((tls_model("initial-exec"))) _Thread_local
 
 /*
  * Libraries, their sonames (newest first) and the value a wrapper returns when
@@ -171,6 +176,7 @@ struct h3_hot {
     bool trace_on;       /* trace.c: a trace is being written */
     bool match_on;       /* init.c: calls are matched (H3SHIM_MATCH or the engine, and a signature or learning) */
     bool learn_on;       /* init.c: groups are learned in the process (H3SHIM_LEARN and the engine) */
+    atomic_bool learn_closed; /* learn.c, once: learning is over for the process (its room spent) */
     bool engine_on;      /* engine.c: the engine may defer launches */
     bool graphs_on;      /* engine.c: weight copies are tracked into captures */
     atomic_uint holding; /* engine.c, per group: queues holding calls */
@@ -199,7 +205,7 @@ struct h3_thread {
     bool learn_gemms;           /* learn.c: the learner would keep this thread's next GEMM (not inside a refused group) */
     bool attempting;            /* match.c: an attempt at a signature is in progress (any stream) */
 } __attribute__((aligned(64)));
-extern __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_thread h3_thread;
+extern H3_TLS struct h3_thread h3_thread;
 
 /* Whether this thread's next GEMM is wanted in full (a signature expects one,
  * or the learner would keep it): its descriptors are remembered as built. */
@@ -261,6 +267,7 @@ static inline void *h3_real_fn(enum h3_fn fn)
 /* ---- record.c: call records ---- */
 
 /* What the shim knows about one kernel, cached per handle for the process. */
+#define H3_KERNEL_REFUSED 16
 struct h3_kernel {
     /* What a launch reads, in the entry's first cache line (it is 64-byte aligned). */
     const void *key;
@@ -283,6 +290,18 @@ struct h3_kernel {
     /* Its parameters' sizes are all known (the driver answered for each;
      * not cut at the table's room): else what it writes cannot be bounded. */
     bool params_known;
+    /* Its parameters known and its name read: the learner can keep its launches. */
+    bool learnable;
+    /* learn.c: some of the refused triples ending in a launch of it are not
+     * in `refused` (no room): the process's table must be asked. */
+    atomic_bool refused_more;
+    /* learn.c: the refused groups' triples (a launch of it after the two
+     * calls before it, as a thread sees them once the groups are refused)
+     * that the process's table holds, from the line after the one a launch
+     * reads (the entry is 128-byte aligned: the two are fetched together),
+     * so that another model's launch is told refused without a line of that
+     * table. */
+    _Alignas(64) atomic_ullong refused[H3_KERNEL_REFUSED];
     /* What traces and stats read. */
     const char *name;   /* as the driver returns it (mangled): what signatures match */
     const char *pretty; /* demangled when a C++ runtime is loaded, else `name` */

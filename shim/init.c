@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 struct h3_hot h3_hot;
-__attribute__((tls_model("initial-exec"))) _Thread_local struct h3_thread h3_thread;
+H3_TLS struct h3_thread h3_thread;
 
 static pthread_once_t h3_init_once = PTHREAD_ONCE_INIT;
 

@@ -109,19 +109,21 @@ struct h3_learner {
     } last[H3_LEARN_LAST];
     struct h3_learn_candidate cand[H3_LEARN_CANDIDATES];
     uint64_t since_repeat; /* kept calls since a group not refused before was last tried */
-    bool gap;              /* calls the learner did not keep came since the last one */
     bool synced;           /* a call that submits work or synchronises came since the last one */
 };
 
-static __thread struct h3_learner *h3_learner_tls;
-static __thread bool h3_learner_failed;
+static H3_TLS struct h3_learner *h3_learner_tls;
+static H3_TLS bool h3_learner_failed;
+/* Calls the thread's learner did not keep came since its last kept one (a
+ * thread's word, not the learner's: another model's every call sets it). */
+static H3_TLS bool h3_learn_gap;
 /* The group the learner published at this thread's current call, for its trace record. */
-static __thread const char *h3_learn_just;
+static H3_TLS const char *h3_learn_just;
 /* The call h3_learn_wants found an identity for, and that identity: the
  * same call's h3_learn_observe does not hash it again.  A call h3_learn_wants
  * says yes to is not idle, so h3_call_decide takes it to h3_learn_observe,
  * which clears this before any other call of the thread. */
-static __thread struct h3_learn_asked {
+static H3_TLS struct h3_learn_asked {
     const struct h3_call *c;
     uint64_t id;
 } h3_learn_asked;
@@ -131,7 +133,6 @@ static pthread_once_t h3_learn_key_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t h3_learn_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Learning is over for the process: the learned groups' or signatures'
  * room is spent. */
-static atomic_bool h3_learn_closed;
 /* Why learning ended for the process (a string constant), for the stats. */
 static _Atomic(const char *) h3_learn_closed_why;
 static atomic_uint h3_learn_planned, h3_learn_derived_all;
@@ -178,13 +179,13 @@ static void h3_learn_close(const char *why)
     const char *expected = NULL;
     if (atomic_compare_exchange_strong(&h3_learn_closed_why, &expected, why))
         H3_INFO(H3_SUB_HOOK, "learning ends for the process: %s", why);
-    atomic_store(&h3_learn_closed, true);
+    atomic_store(&h3_hot.learn_closed, true);
 }
 
 bool h3_learn_looking(void)
 {
     return h3_hot.learn_on && !h3_learner_failed &&
-           !atomic_load_explicit(&h3_learn_closed, memory_order_relaxed);
+           !atomic_load_explicit(&h3_hot.learn_closed, memory_order_relaxed);
 }
 
 /* This thread's learner, made at its first call; NULL when out of memory
@@ -207,6 +208,7 @@ static struct h3_learner *h3_learner_get(void)
     }
     pthread_setspecific(h3_learn_key, l);
     atomic_fetch_add(&h3_learn_counts.threads, 1);
+    h3_learn_gap = false;
     return h3_learner_tls = l;
 }
 
@@ -242,8 +244,7 @@ static uint64_t h3_learn_identity(const struct h3_call *c)
 {
     uint64_t h = H3_HASH_SEED;
     if (c->kind == H3_KIND_LAUNCH) {
-        if (c->kernel == NULL || c->args == NULL || !c->kernel->params_known || c->kernel->name == NULL ||
-            strcmp(c->kernel->name, "?") == 0)
+        if (c->kernel == NULL || c->args == NULL || !c->kernel->learnable)
             return 0;
         h = h3_learn_mix(h, (uint64_t)(uintptr_t)c->kernel);
         h = h3_learn_mix(h, (uint64_t)c->grid[0] | (uint64_t)c->grid[1] << 32);
@@ -283,7 +284,7 @@ static uint64_t h3_learn_identity(const struct h3_call *c)
  * other, whatever the tokens), which must stay in sight where the block makes
  * them.  The identities of the thread's last two calls the learner saw, kept
  * or passed by as refused (prev[1] the last); 0 after a call it could not keep. */
-static __thread uint64_t h3_learn_prev[2];
+static H3_TLS uint64_t h3_learn_prev[2];
 
 /* After each call the learner saw: the last two identities move on by
  * `id` (0: a break, both forgotten), and whether the learner would keep the
@@ -327,10 +328,26 @@ static bool h3_learn_refused(uint64_t id)
     return false;
 }
 
-/* Whether call `id` after the thread's last two is a refused group's. */
-static inline bool h3_learn_refused_here(uint64_t id)
+/* Whether call `c`, of identity `id`, after the thread's last two is a
+ * refused group's.  A launch asks its kernel's copy of the triples first
+ * (the line beside the one describing it read), and the process's table
+ * only where that copy ran out of room. */
+static inline bool h3_learn_refused_here(const struct h3_call *c, uint64_t id)
 {
-    return h3_learn_refused(h3_learn_triple(h3_learn_prev[0], h3_learn_prev[1], id));
+    uint64_t t = h3_learn_triple(h3_learn_prev[0], h3_learn_prev[1], id);
+    struct h3_kernel *k = c->kind == H3_KIND_LAUNCH ? (struct h3_kernel *)c->kernel : NULL;
+    if (k != NULL) {
+        for (unsigned i = 0; i < H3_KERNEL_REFUSED; i++) {
+            uint64_t v = atomic_load_explicit(&k->refused[i], memory_order_relaxed);
+            if (v == t)
+                return true;
+            if (v == 0)
+                break;
+        }
+        if (!atomic_load_explicit(&k->refused_more, memory_order_acquire))
+            return false;
+    }
+    return h3_learn_refused(t);
 }
 
 /* False when there is no room: the call stays in the learner's sight. */
@@ -345,16 +362,30 @@ static bool h3_learn_refuse_id(uint64_t id)
     return false;
 }
 
+/* Copies refused triple `t`, put in the process's table, to kernel `k`'s
+ * own (h3_learn_refused_here), or marks that it has more than it holds:
+ * only the triple as a thread sees it once the groups are refused
+ * (`steady`: a GEMM before it by its shape alone) is copied. */
+static void h3_learn_refuse_launch(struct h3_kernel *k, uint64_t t, bool steady)
+{
+    for (unsigned i = 0; steady && i < H3_KERNEL_REFUSED; i++) {
+        uint64_t expected = 0;
+        if (atomic_compare_exchange_strong(&k->refused[i], &expected, t) || expected == t)
+            return;
+    }
+    atomic_store_explicit(&k->refused_more, true, memory_order_release);
+}
+
 bool h3_learn_wants(const struct h3_call *c)
 {
     if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC)
         return false;
-    if (atomic_load_explicit(&h3_learn_closed, memory_order_relaxed) || h3_learner_failed) {
+    if (atomic_load_explicit(&h3_hot.learn_closed, memory_order_relaxed) || h3_learner_failed) {
         h3_thread.learn_gemms = false; /* closed, stopped looking, or out of memory: idle */
         return false;
     }
     uint64_t id = h3_learn_identity(c);
-    if (id != 0 && !h3_learn_refused_here(id)) {
+    if (id != 0 && !h3_learn_refused_here(c, id)) {
         h3_learn_asked = (struct h3_learn_asked){c, id}; /* h3_learn_observe takes it */
         return true;
     }
@@ -375,7 +406,7 @@ static enum h3_learn_skip h3_learn_skip_of(const struct h3_call *c)
 /* The per-call counts, kept per thread and added to the process's every
  * 256 (a shared counter would be a cache line every call writes), and when
  * the thread's learner goes or the stats are printed. */
-static __thread uint32_t h3_learn_pending[H3_COUNTS];
+static H3_TLS uint32_t h3_learn_pending[H3_COUNTS];
 
 static void h3_learn_flush_pending(void)
 {
@@ -396,9 +427,8 @@ static void h3_learn_count(unsigned what)
 static void h3_learn_break(enum h3_learn_skip why)
 {
     h3_learn_count(why);
-    struct h3_learner *l = h3_learner_tls;
-    if (l != NULL)
-        l->gap = true;
+    if (h3_learner_tls != NULL)
+        h3_learn_gap = true;
 }
 
 static uint64_t h3_learn_gemm_key(int64_t transa, int64_t m, int64_t n, int64_t k)
@@ -1439,9 +1469,15 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
                     before[b][0] = x->id;
                     before[b][1] = x->kind == H3_SIG_MATMUL ? h3_learn_mm_key(x) : x->id;
                 }
+                uint64_t steady = h3_learn_triple(before[1][1], before[0][1], e->id);
                 for (unsigned a = 0; a < 2; a++)
-                    for (unsigned b = 0; b < 2; b++)
-                        full |= !h3_learn_refuse_id(h3_learn_triple(before[1][a], before[0][b], e->id));
+                    for (unsigned b = 0; b < 2; b++) {
+                        uint64_t t = h3_learn_triple(before[1][a], before[0][b], e->id);
+                        bool put = h3_learn_refuse_id(t);
+                        full |= !put;
+                        if (put && e->kind == H3_SIG_LAUNCH && e->kernel != NULL)
+                            h3_learn_refuse_launch((struct h3_kernel *)e->kernel, t, t == steady);
+                    }
                 if (e->kind == H3_SIG_MATMUL)
                     full |= !h3_learn_refuse_id(h3_learn_mm_key(e));
             }
@@ -1602,7 +1638,7 @@ void h3_learn_observe(struct h3_call *c)
     h3_learn_asked.c = NULL;
     if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC)
         return;
-    if (h3_learner_failed || atomic_load_explicit(&h3_learn_closed, memory_order_relaxed)) {
+    if (h3_learner_failed || atomic_load_explicit(&h3_hot.learn_closed, memory_order_relaxed)) {
         h3_thread.learn_gemms = false;
         return;
     }
@@ -1621,7 +1657,7 @@ void h3_learn_observe(struct h3_call *c)
         return;
     }
     uint64_t id = asked != 0 ? asked : h3_learn_identity(c);
-    if (id == 0 || (asked == 0 && h3_learn_refused_here(id))) {
+    if (id == 0 || (asked == 0 && h3_learn_refused_here(c, id))) {
         h3_learn_pass(c, id);
         return;
     }
@@ -1629,8 +1665,8 @@ void h3_learn_observe(struct h3_call *c)
     struct h3_learner *l = h3_learner_get();
     if (l == NULL)
         return;
-    if (l->gap) {
-        l->gap = false;
+    if (h3_learn_gap) {
+        h3_learn_gap = false;
         h3_learn_push(l, NULL, 0);
     }
     h3_learn_push(l, c, id);

@@ -224,7 +224,7 @@ static void h3_op_count_fallback(unsigned i, const char *why)
     h3_op_count_key(h3_op_counts[i].reason, h3_op_counts[i].fallbacks, why);
 }
 
-static __attribute__((tls_model("initial-exec"))) _Thread_local const char *h3_op_last_note;
+static H3_TLS const char *h3_op_last_note;
 
 void h3_op_note(const struct h3_op *op, const char *how)
 {
@@ -243,7 +243,7 @@ const char *h3_op_take_note(void)
 }
 
 /* The outputs the ops run by this thread left out since the last take. */
-static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
+static H3_TLS struct {
     uint32_t outputs;
     uint64_t bytes;
 } h3_op_last_left_out;
@@ -306,7 +306,7 @@ void h3_op_fallback(const struct h3_op *op, const char *why)
 static void h3_left_out_take(uint32_t *outputs, uint64_t *bytes);
 
 /* The writes the op running on this thread owes (h3_op_owe), for the engine. */
-static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
+static H3_TLS struct {
     unsigned n;
     struct h3_op_owed at[H3_OWED_MAX];
 } h3_owing;
@@ -590,13 +590,13 @@ const char *h3_released_state(void)
 }
 
 /* This thread's outputs left out since the last take. */
-static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
+static H3_TLS struct {
     uint32_t outputs;
     uint64_t bytes;
 } h3_left_out;
 
 /* The first held launch after the running range's first call that is not its own (h3_op_later). */
-static __attribute__((tls_model("initial-exec"))) _Thread_local const struct h3_deferred *h3_later;
+static H3_TLS const struct h3_deferred *h3_later;
 
 void h3_op_later(const struct h3_deferred *next)
 {

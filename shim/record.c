@@ -117,8 +117,8 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
         }
     }
     /* The sizes follow the entry in its allocation: a launch reads both. */
-    size_t bytes_all = (sizeof(struct h3_kernel) + n * sizeof(uint16_t) + 63) & ~(size_t)63;
-    struct h3_kernel *k = aligned_alloc(64, bytes_all);
+    size_t bytes_all = (sizeof(struct h3_kernel) + n * sizeof(uint16_t) + 127) & ~(size_t)127;
+    struct h3_kernel *k = aligned_alloc(128, bytes_all);
     if (k == NULL)
         return NULL;
     memset(k, 0, bytes_all);
@@ -134,6 +134,7 @@ static struct h3_kernel *h3_kernel_build(const void *key, enum h3_handle_kind ki
     k->writes_first_param_only = k->name != NULL && strncmp(k->name, "_ZN2at6native", 13) == 0 &&
                                  strstr(k->name, "CatArrayBatchedCopy") != NULL;
     k->params_known = asked && n < H3_MAX_PARAMS;
+    k->learnable = k->params_known && k->name != NULL && strcmp(k->name, "?") != 0;
     k->nparams = n;
     k->param_bytes = bytes;
     if (n > 0)

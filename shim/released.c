@@ -128,7 +128,7 @@ bool h3_released_block(uint64_t addr, uint64_t *lo, uint64_t *hi)
 
 static atomic_uint h3_recent_serials; /* 0: a thread that has noted nothing yet */
 
-static __attribute__((tls_model("initial-exec"))) _Thread_local struct {
+static H3_TLS struct {
     uint32_t serial; /* this thread's, from 1; 0 until its first free */
     uint32_t n;      /* frees noted so far */
     struct h3_span at[H3_RECENT_FREES];

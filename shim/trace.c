@@ -29,7 +29,7 @@ static pthread_mutex_t h3_trace_lock = PTHREAD_MUTEX_INITIALIZER;
 /* The process that wrote the opening bracket of a Chrome trace closes it. */
 static int h3_trace_bracket_pid;
 static _Atomic unsigned long long h3_trace_seq;
-static __attribute__((tls_model("initial-exec"))) _Thread_local int h3_tid_cache;
+static H3_TLS int h3_tid_cache;
 
 uint64_t h3_now_ns(void)
 {

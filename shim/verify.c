@@ -96,7 +96,7 @@ static struct {
 static int h3_verify_n = -1;
 
 /* The slot the op running on this thread fills (state 1), or NULL. */
-static __attribute__((tls_model("initial-exec"))) _Thread_local struct h3_verify_slot *h3_verify_filling;
+static H3_TLS struct h3_verify_slot *h3_verify_filling;
 
 void h3_verify_setup(void)
 {
