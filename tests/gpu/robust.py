@@ -20,7 +20,9 @@ SHA-256 must be the same in every process:
              share of their wall time (h3shim_host_time, in the process);
              and arm P: the shim with its plain defaults (no stats), each
              workload timed in 15 pairs of loops in one process, observing
-             and paused (h3shim_pause).  H3_ROBUST_WORKLOADS=NAME,... runs
+             and paused (h3shim_pause); H3_ROBUST_PAIR_ITERS=N makes the
+             loops N iterations (as many iterations in all: 300 pairs of
+             one), so that a pair's two loops meet the same host.  H3_ROBUST_WORKLOADS=NAME,... runs
              only those workloads.
   threads    two threads decoding different H3 tiles at once, each on its own
              stream and both on the default stream, against the same tiles
@@ -112,8 +114,9 @@ def timed(fn, loops=7, iters=20, warmup=5):
         out = fn()
     torch.cuda.synchronize()
     pause = shim_pause() if os.environ.get("H3_ROBUST_PAUSE") == "1" else None
-    if pause is not None:
-        return paired(fn, pause, 2 * loops + 1, iters, out)
+    if pause is not None:  # H3_ROBUST_PAIR_ITERS=N: pairs of N-iteration loops, as many iterations in all
+        pair_iters = int(os.environ.get("H3_ROBUST_PAIR_ITERS", str(iters)))
+        return paired(fn, pause, max(1, (2 * loops + 1) * iters // pair_iters), pair_iters, out)
     times = []
     before = shim_host_time()
     for _ in range(loops):
@@ -134,7 +137,7 @@ def paired(fn, pause, pairs, iters, out):
     """timed()'s arm P: `pairs` pairs of loops, one observed and one paused, alternating which
     goes first; the medians of the pairs' ratios, observed over paused."""
     import torch
-    wall, host, ms, outs = [], [], [], {}
+    wall, host, ms, outs, walls = [], [], [], {}, []
     own, observed_s = 0, 0.0  # with H3SHIM_STATS=1 (arm Q): the shim's own time in the observed loops
     for i in range(pairs):
         got = {}
@@ -151,16 +154,20 @@ def paired(fn, pause, pairs, iters, out):
             t2 = time.perf_counter()
             after = shim_host_time()
             got[paused] = (t2 - t0, t1 - t0)
-            outs.setdefault(paused, sha(out))
+            if paused not in outs:  # the first loop of each kind (a hash of the Llama's logits is 131 MB read)
+                outs[paused] = sha(out)
             if not paused and before is not None and after is not None:
                 own, observed_s = own + after[0] - before[0], observed_s + t2 - t0
         pause(0)
         wall.append(got[False][0] / got[True][0])
+        walls.append((got[False][0], got[True][0]))
         host.append(got[False][1] / got[True][1])
         ms.append(got[False][0] * 1e3 / iters)
     return out, statistics.median(ms), {"observed_over_paused": statistics.median(wall),
                                         "host_observed_over_paused": statistics.median(host),
-                                        "pairs": pairs, "pair_ratios": [round(x, 4) for x in wall],
+                                        "pairs": pairs, "iters": iters, "pair_ratios": [round(x, 4) for x in wall],
+                                        "host_pair_ratios": [round(x, 4) for x in host],
+                                        "sum_observed_over_paused": sum(w[0] for w in walls) / sum(w[1] for w in walls),
                                         "paused_same_bits": outs[True] == outs[False],
                                         **({"own_share_observed": own / (observed_s * 1e9)} if observed_s else {})}
 
@@ -466,11 +473,12 @@ API_ROW = re.compile(r"stats: (?:__cuda|cuda|cu[A-Z]|cublas|cudnn)\w*\s+\d+\s+\d
 PAIRED_ARMS = {"P": ({}, False), "N": ({"H3SHIM_LEARN": "0"}, False), "Q": ({}, True)}
 
 
-def pooled_pairs(rounds):
-    """Every pair of every round of an arm timed in pairs: the median of their ratios and its
-    bootstrap 95% interval, or None when there is none."""
+def pooled_pairs(rounds, key="pair_ratios"):
+    """Every pair of every round of an arm timed in pairs: the median of their ratios (`key`:
+    wall, or host_pair_ratios: the host's dispatch alone) and its bootstrap 95% interval, or None
+    when there is none."""
     import shimstats  # beside this script
-    pooled = [r for x in rounds for r in x.get("pair_ratios", [])]
+    pooled = [r for x in rounds for r in x.get(key, [])]
     return dict(zip(("median", "low", "high"), shimstats.median_interval(pooled)), n=len(pooled)) if pooled else None
 
 
@@ -682,12 +690,17 @@ def main():
                     pooled = pooled_pairs(pairs)
                     if pooled:
                         over[k]["pooled_pairs"] = pooled
+                    over[k]["iters_per_loop"] = pairs[0].get("iters", 20)
+                    over[k]["pooled_host_pairs"] = pooled_pairs(pairs, "host_pair_ratios")
+                    over[k]["sum_ratio_rounds"] = [x.get("sum_observed_over_paused") for x in pairs]
                 learn_off = [p["result"][k]["shim"] for p in runs.get("N", [])
                              if "observed_over_paused" in ((p.get("result") or {}).get(k, {}).get("shim") or {})]
                 if learn_off:  # the same with learning off: what the learner adds, beside P
                     over.setdefault(k, {})["learn_off"] = {
                         "observed_over_paused": statistics.median(x["observed_over_paused"] for x in learn_off),
                         "rounds": [x["observed_over_paused"] for x in learn_off],
+                        "sum_ratio_rounds": [x.get("sum_observed_over_paused") for x in learn_off],
+                        "pooled_host_pairs": pooled_pairs(learn_off, "host_pair_ratios"),
                         "pooled_pairs": pooled_pairs(learn_off)}
             entry["overhead"] = over
         doc["items"][item] = entry
@@ -707,7 +720,12 @@ def main():
                             f"medians): wall {pair['observed_over_paused']:.4f}, host dispatch "
                             f"{pair['host_observed_over_paused']:.4f}" if "observed_over_paused" in pair else "")
                          + ("; all {n} pairs pooled: {median:.4f} (95% interval {low:.4f}-{high:.4f})".format(
-                             **pair["pooled_pairs"]) if "pooled_pairs" in pair else "")
+                             **pair["pooled_pairs"]) + f" ({pair['iters_per_loop']} iterations a loop; each round's "
+                             "observed time over paused, summed: " + ", ".join(
+                                 f"{x:.4f}" for x in pair["sum_ratio_rounds"] if x) + ")"
+                            + ("; host dispatch alone, pooled: {median:.4f} ({low:.4f}-{high:.4f})".format(
+                                **pair["pooled_host_pairs"]) if pair.get("pooled_host_pairs") else "")
+                            if "pooled_pairs" in pair else "")
                          + ("; arm Q (pairs with stats), observed over paused against the shim's own time "
                             "in the same process: " + ", ".join(f"{q['observed_over_paused']:.4f} against "
                                                                  f"{100 * q['own_share']:.2f}%"
@@ -715,7 +733,12 @@ def main():
                             if "q_rounds" in pair else "")
                          + ("; arm N (learning off), observed over paused: {observed_over_paused:.4f}".format(
                              **pair["learn_off"]) + "; {n} pooled: {median:.4f} ({low:.4f}-{high:.4f})".format(
-                             **pair["learn_off"]["pooled_pairs"]) if pair.get("learn_off", {}).get("pooled_pairs") else ""))
+                             **pair["learn_off"]["pooled_pairs"]) + "; summed: " + ", ".join(
+                                 f"{x:.4f}" for x in pair["learn_off"]["sum_ratio_rounds"] if x)
+                            + ("; host dispatch alone, pooled: {median:.4f} ({low:.4f}-{high:.4f})".format(
+                                **pair["learn_off"]["pooled_host_pairs"])
+                               if pair["learn_off"].get("pooled_host_pairs") else "")
+                            if pair.get("learn_off", {}).get("pooled_pairs") else ""))
         for arm, per in entry.get("fused_at_own_shape", {}).items():
             lines.append(f"\nArm {arm}'s first round, each implementation's own shape (learned signatures): " +
                          "; ".join(f"{n} ({r['complete']} blocks fused, {r['broken']} broken"

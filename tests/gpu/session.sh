@@ -37,7 +37,8 @@
 #   pairs      robust.py's workloads arms P, N and Q alone (pairs of loops observed
 #              and paused: the defaults, learning off, the defaults with stats)
 #              for PAIRS_WORKLOADS (default: the Llama and the ViT), 3 rounds (5 min; 2 rounds of the
-#              two fit in 290 s at 1b52b16)
+#              two fit in 290 s at 1b52b16); pairs-fine the same with loops of one
+#              iteration (300 pairs a process: a pair's two loops meet the same host)
 #   trace      a Chrome-format trace of one quick request with two blocks, gzipped (1 min)
 #   learn-shapes  learn_shapes.py with no signature loaded: block stacks at 261-1797
 #              tokens, batches 1, 2, 4, every one learned in the process, bitwise
@@ -165,10 +166,12 @@ for step in "${steps[@]}"; do
             run released-decode 540 python3 tests/gpu/full_decode.py --arms S,K,SG,KG --rounds 2 --tag=-released ;;
         workloads) run workloads 540 python3 tests/gpu/robust.py --items workloads --rounds "${WORKLOADS_ROUNDS:-3}" --deadline 480 \
                        --tag=-workloads ;;
-        pairs) # the host-bound workloads' pairs: the defaults (P), learning off (N), with stats (Q), 3 rounds
-            run pairs 340 env H3_ROBUST_WORKLOADS="${PAIRS_WORKLOADS:-llama_8l_fp16,vit_b16_bf16}" \
+        pairs|pairs-fine) # the host-bound workloads' pairs: the defaults (P), learning off (N), with stats (Q),
+            # 3 rounds; pairs-fine: pairs of one iteration each (300 pairs a process)
+            run "$step" 340 env H3_ROBUST_WORKLOADS="${PAIRS_WORKLOADS:-llama_8l_fp16,vit_b16_bf16}" \
+                H3_ROBUST_PAIR_ITERS="$([[ $step == pairs-fine ]] && echo 1 || echo 20)" \
                 python3 tests/gpu/robust.py --items workloads --rounds 3 --workload-arms A,P,N,Q --deadline 300 \
-                --tag=-workloads-pairs ;;
+                --tag="-workloads-$step" ;;
         graphs)
             run graphs-weights 150 python3 tests/gpu/test_weight_cache.py --graphs
             run graphs-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms SG,NG --rounds 1 --tag=-quick-graphs

@@ -206,8 +206,9 @@ class RobustDeadline(unittest.TestCase):
             result = {"mlp": {"sha256": "ab", "ms": 2.0 if shim else 1.0}}
             if paired_in_process:
                 result["mlp"]["shim"] = {"observed_over_paused": 1.004, "host_observed_over_paused": 1.02,
-                                         "pairs": 3, "pair_ratios": [1.0, 1.004, 1.01],
-                                         "paused_same_bits": True}
+                                         "pairs": 3, "iters": 1, "pair_ratios": [1.0, 1.004, 1.01],
+                                         "host_pair_ratios": [1.01, 1.02, 1.03],
+                                         "sum_observed_over_paused": 1.005, "paused_same_bits": True}
                 if stats:
                     result["mlp"]["shim"]["own_share_observed"] = 0.0031
             return {"rc": 0, "seconds": child_seconds, "result": result}
@@ -255,7 +256,10 @@ class RobustDeadline(unittest.TestCase):
         self.assertNotIn("q_rounds", over)
         self.assertEqual(over["pooled_pairs"]["n"], 9)
         self.assertAlmostEqual(over["pooled_pairs"]["median"], 1.004)
-        self.assertTrue(any("all 9 pairs pooled: 1.0040 (95% interval 1.0000-1.0100)" in line for line in w["lines"]))
+        self.assertTrue(any("all 9 pairs pooled: 1.0040 (95% interval 1.0000-1.0100) (1 iterations a loop; each "
+                            "round's observed time over paused, summed: 1.0050, 1.0050, 1.0050); host dispatch alone, "
+                            "pooled: 1.0200 (1.0100-1.0300)" in line for line in w["lines"]), w["lines"])
+        self.assertEqual(over["pooled_host_pairs"]["n"], 9)
 
     def test_runs_arm_p_alone(self):
         rc, w = self.run_main(rounds=2, deadline=1000, child_seconds=10, extra=("--workload-arms", "P"))
