@@ -1256,7 +1256,7 @@ void h3_stats_one_off(enum h3_one_off kind, uint64_t ns);
 /* With stats: one configuration call's own time (what the shim remembered
  * of it, one clock read in it), counted in the shim's own time but not as
  * an observed call. */
-void h3_stats_config_time(uint64_t ns);
+void h3_stats_config_time(enum h3_fn fn, uint64_t ns);
 /* Exported: the shim's own host time, observed calls and time issuing for the
  * application so far (H3SHIM_STATS=1); 0, or -1 when not timed. */
 int h3shim_host_time(unsigned long long *own_ns, unsigned long long *calls, unsigned long long *issuing_ns);

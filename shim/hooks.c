@@ -206,13 +206,13 @@ static inline bool h3_config_wanted(enum h3_fn fn, const void *caller)
 #define H3_WITH_CALLER(...) (caller_, __VA_ARGS__)
 
 /* Remembers what a configuration call says, its time counted with stats. */
-#define H3_CONFIG_NOTE(describe)                                                 \
+#define H3_CONFIG_NOTE(fn, describe)                                             \
     do {                                                                         \
         if (h3_config_active()) {                                                \
             uint64_t t0_ = h3_hot.stats ? h3_now_ns() : 0;                       \
             describe;                                                            \
             if (t0_ != 0)                                                        \
-                h3_stats_config_time(h3_now_ns() - t0_);                         \
+                h3_stats_config_time(fn, h3_now_ns() - t0_);                     \
         }                                                                        \
     } while (0)
 /* Configuration calls: forwarded first; what succeeded is remembered (its
@@ -226,12 +226,12 @@ static inline bool h3_config_wanted(enum h3_fn fn, const void *caller)
         (void)caller_;                                                           \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
         if ((h3_hooks[H3_FN_##name].props & H3_P_FORGETS) != 0) {                \
-            H3_CONFIG_NOTE(describe);                                            \
+            H3_CONFIG_NOTE(H3_FN_##name, describe);                                            \
             return real_ args;                                                   \
         }                                                                        \
         ret r_ = real_ args;                                                     \
         if (r_ == 0)                                                             \
-            H3_CONFIG_NOTE(describe);                                            \
+            H3_CONFIG_NOTE(H3_FN_##name, describe);                                            \
         return r_;                                                               \
     }                                                                            \
     H3_EXPORT ret name params                                                    \

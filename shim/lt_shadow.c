@@ -497,10 +497,10 @@ void h3_lt_describe(struct h3_lt_desc *lt, const cublasLtMatmulAlgo_t *algo)
 
 void h3_lt_print_stats(void (*line)(const char *fmt, ...))
 {
-    line("lt_shadow: %lu GEMMs described from remembered descriptors, %lu read in full, %lu handles remembered, "
-         "%lu differences (H3SHIM_LT_SHADOW=%ld)",
+    line("lt_shadow: %lu GEMMs described from remembered descriptors, %lu read in full, %lu handles remembered "
+         "(%u still), %lu differences (H3SHIM_LT_SHADOW=%ld)",
          atomic_load(&h3_lt.served), atomic_load(&h3_lt.read_in_full), atomic_load(&h3_lt.remembered),
-         atomic_load(&h3_lt.mismatches), h3_config.lt_shadow);
+         atomic_load(&h3_hot.lt_live), atomic_load(&h3_lt.mismatches), h3_config.lt_shadow);
 }
 
 void h3_lt_after_fork_child(void)

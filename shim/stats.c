@@ -24,6 +24,7 @@ static atomic_ulong h3_stat_describe_ns[H3_FN_COUNT]; /* the part of it describi
 static atomic_ulong h3_stat_part_ns[H3_PARTS];       /* the matcher's and the scans' parts */
 static atomic_ulong h3_stat_reads;                    /* the stats' own clock reads inside the parts */
 static atomic_ulong h3_stat_config_ns, h3_stat_configs; /* configuration calls' own time (in h3_stat_shim_ns) */
+static atomic_ulong h3_stat_config_by[H3_FN_COUNT];    /* configuration calls noted, by entry point */
 static atomic_ulong h3_stat_one_off_ns[H3_ONE_OFF_KINDS], h3_stat_one_offs[H3_ONE_OFF_KINDS];
 static atomic_ulong h3_stat_errors[H3_FN_COUNT];
 /* The shim's own host time per call, in quarter-octave buckets: the mean
@@ -114,8 +115,10 @@ void h3_stats_shim_time(enum h3_fn fn, uint64_t own_ns, uint64_t describe_ns, ui
     atomic_fetch_add_explicit(&h3_stat_shim_calls, 1, memory_order_relaxed);
 }
 
-void h3_stats_config_time(uint64_t ns)
+void h3_stats_config_time(enum h3_fn fn, uint64_t ns)
 {
+    if ((unsigned)fn < H3_FN_COUNT)
+        atomic_fetch_add_explicit(&h3_stat_config_by[fn], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_reads, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_config_ns, ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&h3_stat_configs, 1, memory_order_relaxed);
@@ -178,6 +181,7 @@ void h3_stats_reset(void)
         atomic_store(&h3_stat_errors[i], 0);
         atomic_store(&h3_stat_own_ns[i], 0);
         atomic_store(&h3_stat_describe_ns[i], 0);
+        atomic_store(&h3_stat_config_by[i], 0);
         if (i < H3_PARTS)
             atomic_store(&h3_stat_part_ns[i], 0);
         atomic_store(&h3_stat_config_ns, 0);
@@ -215,6 +219,17 @@ void h3_stats_print_calls(void)
                           (double)atomic_load(&h3_stat_own_ns[i]) / (double)calls,
                           (double)atomic_load(&h3_stat_describe_ns[i]) / (double)calls);
     }
+    /* Configuration calls the shim looked at (the rest were forwarded at once). */
+    char by[512];
+    size_t at = 0;
+    by[0] = '\0';
+    for (unsigned i = 0; i < H3_FN_COUNT && at < sizeof(by); i++) {
+        unsigned long n = atomic_load(&h3_stat_config_by[i]);
+        if (n != 0)
+            at += (size_t)snprintf(by + at, sizeof(by) - at, "%s%s %lu", at > 0 ? ", " : "", h3_hooks[i].name, n);
+    }
+    if (at > 0)
+        h3_stats_line("configuration calls noted: %s", by);
 }
 
 void h3_stats_print_time(uint64_t ops_ns)

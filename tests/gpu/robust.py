@@ -512,7 +512,8 @@ def run_child(item, shim, paired_in_process=False, stats=True, shim_env=None, ch
         lines = p.stderr.splitlines()
         out["shim_stats"] = [ln for ln in lines if "stats: signature" in ln] + \
             [ln for ln in lines if "stats: op " in ln or "WARN" in ln or "ERROR" in ln][:20] + \
-            [ln for ln in lines if "stats: learn: " in ln or "shim host time" in ln or API_ROW.search(ln)] + \
+            [ln for ln in lines if "stats: learn: " in ln or "shim host time" in ln or API_ROW.search(ln)
+             or "stats: lt_shadow: " in ln or "stats: configuration calls noted" in ln] + \
             ([ln for ln in lines if "stats: plan " in ln] if item == "implementations" else [])
     return out
 
@@ -748,6 +749,7 @@ def main():
         for r in runs.get("Q", [])[:1]:  # the learner's and the own time's lines of one process with pairs
             lines.append("\nArm Q's first process: " + "; ".join(ln.split("stats: ")[-1] for ln in r.get("shim_stats", [])
                                                                  if "learn:" in ln or "shim host time" in ln
+                                                                 or "lt_shadow:" in ln or "configuration calls" in ln
                                                                  or API_ROW.search(ln)))
         lines.append("\nShim stats lines (arm S): " + ("; ".join(sorted(set(s.split("stats: ")[-1] for s in stats
                                                                       if "stats: plan " not in s))) or "none"))
