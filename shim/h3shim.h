@@ -269,7 +269,7 @@ static inline void *h3_real_fn(enum h3_fn fn)
 /* What the shim knows about one kernel, cached per handle for the process. */
 #define H3_KERNEL_REFUSED 16
 struct h3_kernel {
-    /* What a launch reads, in the entry's first cache line (it is 64-byte aligned). */
+    /* What a launch reads, in the entry's first cache line (it is 128-byte aligned). */
     const void *key;
     uint64_t name_hash; /* h3_hash of `name`, the start of a launch's fingerprint */
     uint32_t nparams;
@@ -292,8 +292,10 @@ struct h3_kernel {
     bool params_known;
     /* Its parameters known and its name read: the learner can keep its launches. */
     bool learnable;
-    /* learn.c: some of the refused triples ending in a launch of it are not
-     * in `refused` (no room): the process's table must be asked. */
+    /* learn.c: a refused group has a launch of it, so a triple not in
+     * `refused` must be asked of the process's table (set before the table
+     * is written: a thread never sees the table say more than this entry
+     * lets it ask). */
     atomic_bool refused_more;
     /* learn.c: the refused groups' triples (a launch of it after the two
      * calls before it, as a thread sees them once the groups are refused)

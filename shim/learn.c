@@ -331,7 +331,7 @@ static bool h3_learn_refused(uint64_t id)
 /* Whether call `c`, of identity `id`, after the thread's last two is a
  * refused group's.  A launch asks its kernel's copy of the triples first
  * (the line beside the one describing it read), and the process's table
- * only where that copy ran out of room. */
+ * only for a triple the copy lacks of a kernel some refused group has. */
 static inline bool h3_learn_refused_here(const struct h3_call *c, uint64_t id)
 {
     uint64_t t = h3_learn_triple(h3_learn_prev[0], h3_learn_prev[1], id);
@@ -363,17 +363,14 @@ static bool h3_learn_refuse_id(uint64_t id)
 }
 
 /* Copies refused triple `t`, put in the process's table, to kernel `k`'s
- * own (h3_learn_refused_here), or marks that it has more than it holds:
- * only the triple as a thread sees it once the groups are refused
- * (`steady`: a GEMM before it by its shape alone) is copied. */
-static void h3_learn_refuse_launch(struct h3_kernel *k, uint64_t t, bool steady)
+ * own (h3_learn_refused_here), while there is room. */
+static void h3_learn_refuse_launch(struct h3_kernel *k, uint64_t t)
 {
-    for (unsigned i = 0; steady && i < H3_KERNEL_REFUSED; i++) {
+    for (unsigned i = 0; i < H3_KERNEL_REFUSED; i++) {
         uint64_t expected = 0;
         if (atomic_compare_exchange_strong(&k->refused[i], &expected, t) || expected == t)
             return;
     }
-    atomic_store_explicit(&k->refused_more, true, memory_order_release);
 }
 
 bool h3_learn_wants(const struct h3_call *c)
@@ -1469,14 +1466,20 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
                     before[b][0] = x->id;
                     before[b][1] = x->kind == H3_SIG_MATMUL ? h3_learn_mm_key(x) : x->id;
                 }
-                uint64_t steady = h3_learn_triple(before[1][1], before[0][1], e->id);
+                /* A launch's kernel asks the table for what its copy lacks
+                 * from before the table holds the triple: no thread sees it
+                 * refused later than the table alone would say. */
+                struct h3_kernel *k = e->kind == H3_SIG_LAUNCH ? (struct h3_kernel *)e->kernel : NULL;
+                if (k != NULL)
+                    atomic_store_explicit(&k->refused_more, true, memory_order_release);
                 for (unsigned a = 0; a < 2; a++)
                     for (unsigned b = 0; b < 2; b++) {
                         uint64_t t = h3_learn_triple(before[1][a], before[0][b], e->id);
                         bool put = h3_learn_refuse_id(t);
                         full |= !put;
-                        if (put && e->kind == H3_SIG_LAUNCH && e->kernel != NULL)
-                            h3_learn_refuse_launch((struct h3_kernel *)e->kernel, t, t == steady);
+                        /* copied: the triple as a thread sees it once the group is refused */
+                        if (put && k != NULL && a == 1 && b == 1)
+                            h3_learn_refuse_launch(k, t);
                     }
                 if (e->kind == H3_SIG_MATMUL)
                     full |= !h3_learn_refuse_id(h3_learn_mm_key(e));

@@ -9,7 +9,8 @@
  * Invariants: describers only read; they call NVIDIA getters that neither
  * submit work nor synchronise, and never fail the call: what cannot be read
  * is left empty.  The cache is lock-free for readers; an entry, once
- * published, never changes except for its call counter.
+ * published, never changes except for its call counter and the learner's
+ * copy of refused triples (learn.c, atomics only added to).
  * Never: touches device memory, allocates device memory, or synchronises.
  */
 #include "h3shim.h"
