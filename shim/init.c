@@ -74,8 +74,9 @@ static bool h3_pause_unsafe(void)
  * could change what the shim does after it: launches held (they must be
  * issued before anything later), a capture open (its end must be seen),
  * weight copies (a write to their sources must be seen) or a trace (it
- * would have a silent gap).  Configuration calls stay remembered, so the
- * descriptors the shim knows stay true.  The calling thread's attempt at a
+ * would have a silent gap).  Configuration calls on the descriptors the
+ * shim remembers stay noted, so what it knows stays true; no new one is
+ * remembered (its GEMM, if made after the pause, is read in full).  The calling thread's attempt at a
  * block, if any, breaks here: calls it will not see come next.  The checks
  * are made again once paused, so that another thread's first copy or held
  * launch in between undoes the pause; a thread already inside a call that

@@ -223,12 +223,15 @@ static bool h3_lt_bypassing(const void *caller)
 }
 
 /* Whether handles made by `caller` are remembered now: the shadow is on,
- * the caller never looked the functions up itself, and this thread's
- * next GEMM is wanted in full (on any stream: the stream is not known yet):
- * a signature expects one, or the learner would keep it. */
+ * observation is not paused (h3shim_pause: the GEMM is not observed; one
+ * made after the pause reads what it was not told), the caller never looked
+ * the functions up itself, and this thread's next GEMM is wanted in full (on
+ * any stream: the stream is not known yet): a signature expects one, or the
+ * learner would keep it. */
 bool h3_lt_create_wanted(const void *caller)
 {
-    return h3_hot.lt_remember && h3_thread_wants_gemm() && !h3_lt_bypassing(caller);
+    return h3_hot.lt_remember && !atomic_load_explicit(&h3_hot.paused, memory_order_relaxed) &&
+           h3_thread_wants_gemm() && !h3_lt_bypassing(caller);
 }
 
 /* A fresh handle's attributes for create arguments `key`, if learnt; locked. */

@@ -64,6 +64,7 @@ static struct {
     struct fw_graph_opts graph; /* with launches: then the replay captured and launched (fw_graph) */
     bool end_capture_then_replay; /* then a capture's end on a stream, and the replay again */
     bool paused_first; /* the replay once with observation paused (h3shim_pause), then as usual */
+    bool paused_after; /* then the replay again with observation paused */
     const char *replay_before; /* a replay file (relative to the repository) replayed once before it */
     bool capture_elsewhere; /* a capture (global mode) open on stream 0x3000 of this thread while the
                                replay runs on another thread, ended after it */
@@ -182,6 +183,10 @@ static void replay_child(void)
     }
     if (t_run.paused_first && pause(1) != -1) /* refused: weight copies exist now */
         exit(9);
+    if (t_run.paused_after) {
+        if (pause == NULL || pause(1) != 0 || replay_thread(&t_run.opts) != NULL || pause(0) != 0)
+            exit(13);
+    }
     if (t_run.end_capture_then_replay) {
         t_call("cudaStreamEndCapture", 1);
         if (replay_thread(&t_run.opts) != NULL)
@@ -1493,6 +1498,31 @@ START_TEST(another_models_calls_are_forwarded_idle)
     ck_assert_msg(strstr(stats, "lt_shadow: 15 GEMMs described from remembered descriptors, 0 read in full, 75 "
                                 "handles remembered") != NULL, "%.200s", strstr(stats, "lt_shadow:"));
     free(stats), free(log), free(base);
+}
+END_TEST
+
+/* Paused, the shim remembers no cuBLASLt descriptor being made: a program
+ * timing its loop observed against paused pays the same for its GEMMs'
+ * descriptors in the paused loops as without the shim, whatever the thread
+ * was last doing (the learner wanted the next GEMM, as after another
+ * model's calls outside its refused group). On the H200 every paused GEMM's
+ * descriptors were remembered, which made the paused loops slower. */
+START_TEST(paused_gemms_have_no_descriptors_remembered)
+{
+    static const char *const defaults[] = {"H3SHIM_OPS=", NULL};
+    char *base, *stats;
+    char *log = replay_against_base(T_REPLAY_FOREIGN, "foreign-observed", defaults, &base, &stats);
+    long observed = stat_after(stats, "read in full, ");
+    free(stats), free(log), free(base);
+    t_run.paused_after = true;
+    t_run.replay = T_REPLAY_FOREIGN;
+    log = replay_with("foreign-then-paused", defaults, &stats);
+    t_run.replay = NULL;
+    t_run.paused_after = false;
+    ck_assert_int_gt(observed, 0);
+    ck_assert_msg(stat_after(stats, "read in full, ") == observed, "%ld handles remembered against %ld: %.200s",
+                  stat_after(stats, "read in full, "), observed, strstr(stats, "lt_shadow:"));
+    free(stats), free(log);
 }
 END_TEST
 
@@ -3279,6 +3309,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, an_op_checks_the_dataflow_a_freed_reference_let_go);
     tcase_add_loop_test(ops, weight_cache_writes_the_casts_a_program_keeps, 0, 2);
     tcase_add_test(ops, observation_paused_passes_every_call_through);
+    tcase_add_test(ops, paused_gemms_have_no_descriptors_remembered);
     tcase_add_test(ops, another_models_calls_are_forwarded_idle);
     tcase_add_test(ops, blocks_after_another_models_idle_calls_fuse);
     tcase_add_test(ops, another_models_graph_is_captured_and_launched_untouched);
