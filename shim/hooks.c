@@ -226,12 +226,12 @@ static inline bool h3_config_wanted(enum h3_fn fn, const void *caller)
         (void)caller_;                                                           \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
         if ((h3_hooks[H3_FN_##name].props & H3_P_FORGETS) != 0) {                \
-            H3_CONFIG_NOTE(H3_FN_##name, describe);                                            \
+            H3_CONFIG_NOTE(H3_FN_##name, describe);                              \
             return real_ args;                                                   \
         }                                                                        \
         ret r_ = real_ args;                                                     \
         if (r_ == 0)                                                             \
-            H3_CONFIG_NOTE(H3_FN_##name, describe);                                            \
+            H3_CONFIG_NOTE(H3_FN_##name, describe);                              \
         return r_;                                                               \
     }                                                                            \
     H3_EXPORT ret name params                                                    \

@@ -76,8 +76,9 @@ static bool h3_pause_unsafe(void)
  * weight copies (a write to their sources must be seen) or a trace (it
  * would have a silent gap).  Configuration calls on the descriptors the
  * shim remembers stay noted, so what it knows stays true; no new one is
- * remembered (its GEMM, if made after the pause, is read in full).  The calling thread's attempt at a
- * block, if any, breaks here: calls it will not see come next.  The checks
+ * remembered (its GEMM, if made after the pause, is read in full).  The
+ * calling thread's attempt at a block, if any, breaks here: calls it will
+ * not see come next.  The checks
  * are made again once paused, so that another thread's first copy or held
  * launch in between undoes the pause; a thread already inside a call that
  * is making one can still slip past, so a program pauses only where no
