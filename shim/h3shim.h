@@ -296,7 +296,7 @@ struct h3_kernel {
      * `refused` must be asked of the process's table (set before the table
      * is written: a thread never sees the table say more than this entry
      * lets it ask). */
-    atomic_bool refused_more;
+    atomic_bool in_refused;
     /* learn.c: the refused groups' triples (a launch of it after the two
      * calls before it, as a thread sees them once the groups are refused)
      * that the process's table holds, from the line after the one a launch

@@ -344,7 +344,7 @@ static inline bool h3_learn_refused_here(const struct h3_call *c, uint64_t id)
             if (v == 0)
                 break;
         }
-        if (!atomic_load_explicit(&k->refused_more, memory_order_acquire))
+        if (!atomic_load_explicit(&k->in_refused, memory_order_acquire))
             return false;
     }
     return h3_learn_refused(t);
@@ -1471,7 +1471,7 @@ static void h3_learn_group(struct h3_learner *l, uint64_t start, uint32_t period
                  * refused later than the table alone would say. */
                 struct h3_kernel *k = e->kind == H3_SIG_LAUNCH ? (struct h3_kernel *)e->kernel : NULL;
                 if (k != NULL)
-                    atomic_store_explicit(&k->refused_more, true, memory_order_release);
+                    atomic_store_explicit(&k->in_refused, true, memory_order_release);
                 for (unsigned a = 0; a < 2; a++)
                     for (unsigned b = 0; b < 2; b++) {
                         uint64_t t = h3_learn_triple(before[1][a], before[0][b], e->id);
