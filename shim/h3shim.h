@@ -626,6 +626,7 @@ void h3_learn_after_fork_child(void);
 struct h3_free_mark {
     uint32_t serial; /* the thread's; 0: none */
     uint32_t n;      /* its frees before this point */
+    uint64_t all;    /* every thread's frees before this point */
 };
 
 struct h3_deferred {
@@ -862,6 +863,13 @@ uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *co
  * unclaimed launch through anything): an output freed after it was made is
  * written. */
 void h3_op_later(const struct h3_deferred *next);
+/* "freed_between" when an output the op writes (out[i], made by by[i], not
+ * in `dead`) lies after a held launch that is not the range's own (h3_op_later)
+ * and memory in it may have been freed between the two (released.c): written
+ * ahead of that launch, it could be memory the launch reads or writes.  NULL
+ * when every such output is clear. */
+const char *h3_outputs_reused(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n,
+                              uint64_t dead);
 /* For the stats: on, off, or why not. */
 const char *h3_released_state(void);
 /* For an anchored op's run: launch `d` of the group being run, which the op
@@ -914,6 +922,11 @@ bool h3_released_since(struct h3_free_mark mark, struct h3_span s);
  * marks `a` and `b` (a before b): 1 or 0, or -1 when those frees are no
  * longer (or never were) kept. */
 int h3_released_between(struct h3_free_mark a, struct h3_free_mark b, struct h3_span s);
+/* Whether memory in `s` may have been freed, on any thread, between marks
+ * `a` and `b` (a before b): false only when every free noted in between is
+ * still kept and none overlaps `s`; true too when no report has come (an
+ * allocator that tells nothing may reuse memory unseen). */
+bool h3_released_maybe_between(struct h3_free_mark a, struct h3_free_mark b, struct h3_span s);
 
 /* ---- op_norm.c ---- */
 

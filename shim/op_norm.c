@@ -143,13 +143,17 @@ static void h3_nc_spans(const struct h3_nc_args *a, struct h3_span out[3])
     out[2] = (struct h3_span){a->out, a->out + f32 / 2};
 }
 
-/* Of the norm's and cast's outputs, those nothing reads (h3_outputs_dead). */
-static uint64_t h3_nc_dead(const struct h3_nc_args *a, const struct h3_deferred *norm, const struct h3_deferred *cast)
+/* Of the norm's and cast's outputs, those nothing reads (h3_outputs_dead)
+ * into *dead; the reason not to run when an output written may be memory a
+ * held launch in between touches (h3_outputs_reused). */
+static const char *h3_nc_dead(const struct h3_nc_args *a, const struct h3_deferred *norm,
+                              const struct h3_deferred *cast, uint64_t *dead)
 {
     struct h3_span out[3];
     h3_nc_spans(a, out);
     const struct h3_deferred *by[3] = {norm, norm, cast};
-    return h3_outputs_dead(out, by, 3);
+    *dead = h3_outputs_dead(out, by, 3);
+    return h3_outputs_reused(out, by, 3, *dead);
 }
 
 /*
@@ -196,7 +200,10 @@ static const char *h3_nc_run(const struct h3_op_range *r, const struct h3_deferr
     const char *why = h3_nc_read(norm, cast, &a);
     if (why != NULL)
         return why;
-    return h3_nc_outputs(&a, h3_nc_dead(&a, norm, cast)) ? h3_nc_launch(norm, cast, &a) : "aliased";
+    uint64_t dead;
+    if ((why = h3_nc_dead(&a, norm, cast, &dead)) != NULL)
+        return why;
+    return h3_nc_outputs(&a, dead) ? h3_nc_launch(norm, cast, &a) : "aliased";
 }
 
 const struct h3_op h3_op_norm_cast = {
@@ -418,6 +425,9 @@ static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struc
     uint64_t freed = h3_outputs_dead(out, by, 2);
     if ((freed >> 1) & 1)
         return "aliased";
+    const char *reused = h3_outputs_reused(out, by, 2, freed);
+    if (reused != NULL)
+        return reused;
     bool staged = false;
     for (unsigned i = 0; i < 2; i++)
         for (unsigned k = 0; k < 3 && !((freed >> i) & 1); k++)
@@ -446,14 +456,17 @@ static const char *h3_rn_run_residual(const struct h3_deferred *mul, const struc
 }
 
 /* Of the residual's outputs p, h', y, rstd and y16 (made by by[0..5)), those
- * nothing reads (h3_outputs_dead), a bit each. */
-static uint64_t h3_rn_dead(const struct h3_nc_args *a, const struct h3_rn_launches *l,
-                           const struct h3_deferred *const by[5])
+ * nothing reads (h3_outputs_dead), a bit each, into *dead; the reason not to
+ * run when one written may be memory a held launch in between touches
+ * (h3_outputs_reused). */
+static const char *h3_rn_dead(const struct h3_nc_args *a, const struct h3_rn_launches *l,
+                              const struct h3_deferred *const by[5], uint64_t *dead)
 {
     const uint64_t f32 = (uint64_t)a->rows * (uint64_t)a->n * 4;
     struct h3_span out[5] = {{l->p, l->p + f32}, {l->h_out, l->h_out + f32}};
     h3_nc_spans(a, out + 2);
-    return h3_outputs_dead(out, by, 5);
+    *dead = h3_outputs_dead(out, by, 5);
+    return h3_outputs_reused(out, by, 5, *dead);
 }
 
 static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferred *calls, struct h3_call *anchor)
@@ -477,7 +490,9 @@ static const char *h3_rn_run(const struct h3_op_range *r, const struct h3_deferr
     long long b_stride = l.b_row / 2;
     const char *clash, *staged_clash;
     const struct h3_deferred *const by[5] = {mul, add, norm, norm, cast};
-    const uint64_t dead = h3_rn_dead(&a, &l, by);
+    uint64_t dead;
+    if ((why = h3_rn_dead(&a, &l, by, &dead)) != NULL)
+        return why;
     if (!h3_rn_fusable(&a, l.b16, b_stride, l.scale, l.h, &l.p, &l.h_out, false, dead, &clash)) {
         /* Outputs in b16's memory: the staged kernel, on copies of what the
          * check changes (a failed check changes nothing), so that the

@@ -209,9 +209,10 @@ static bool h3_qk_side_read(const struct h3_deferred *calls, unsigned side, stru
  * group overlaps (k's rstd in q's, the rope's products in q's FP32 copy)
  * or that the allocator freed after its launch (with PyTorch's own code,
  * all but what attention reads): h3_outputs_dead.  Then no two outputs overlap.  Returns false when an output
- * overlaps an input (qkv, cos, sin).
+ * overlaps an input (qkv, cos, sin): "aliased"; and the reason when an output
+ * written may be memory a held launch in between touches (h3_outputs_reused).
  */
-static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struct h3_span *in, unsigned nin,
+static const char *h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struct h3_span *in, unsigned nin,
                              const struct h3_deferred *calls)
 {
     /* Bytes per row of each field of struct h3_qk_side, in its order, and
@@ -233,6 +234,9 @@ static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struc
             }
         }
     const uint64_t freed = h3_outputs_dead(b, by, n);
+    const char *why = h3_outputs_reused(b, by, n, freed);
+    if (why != NULL)
+        return why;
     for (unsigned i = 0; i < n; i++) {
         if ((freed >> i) & 1) {
             *field[i] = NULL;
@@ -240,9 +244,9 @@ static bool h3_qk_drop_freed(struct h3_qk_params *p, long long rows, const struc
         }
         for (unsigned k = 0; k < nin; k++)
             if (h3_spans_overlap(b[i], in[k]))
-                return false;
+                return "aliased";
     }
-    return true;
+    return NULL;
 }
 
 /* Whether every lane's 4 elements can be loaded and stored as one vector:
@@ -305,8 +309,9 @@ static const char *h3_qk_run(const struct h3_op_range *r, const struct h3_deferr
     const struct h3_span inputs[3] = {{in[0], in[0] + in_bytes},
                                       {cs[0][0], cs[0][0] + (uint64_t)tokens * 96},
                                       {cs[0][1], cs[0][1] + (uint64_t)tokens * 96}};
-    if (!h3_qk_drop_freed(&p, rows, inputs, 3, calls))
-        return "aliased";
+    const char *dropped = h3_qk_drop_freed(&p, rows, inputs, 3, calls);
+    if (dropped != NULL)
+        return dropped;
     p.qkv = (const void *)(uintptr_t)in[0];
     p.token_stride = r->arg[QK_TOKEN_STRIDE];
     p.cosv = (const void *)(uintptr_t)cs[0][0];

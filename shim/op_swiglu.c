@@ -86,8 +86,14 @@ static const char *h3_swiglu_run(const struct h3_op_range *r, const struct h3_de
     const uint64_t dense = 2 * (uint64_t)rows * (uint64_t)width;
     const struct h3_span o[2] = {{silu_out, silu_out + dense}, {out, out + dense}},
                          in = {gate, up + 2 * ((uint64_t)(rows - 1) * (uint64_t)stride + (uint64_t)width)};
-    const struct h3_deferred *by[1] = {silu}; /* the product is what w2 reads: only silu's output is asked */
-    if (h3_outputs_dead(o, by, 1) != 0)
+    /* The product is what w2 reads: only silu's output may be dead; both are
+     * asked whether a held launch between silu and the mul took their memory. */
+    const struct h3_deferred *by[2] = {silu, mul};
+    const uint64_t dead = h3_outputs_dead(o, by, 1);
+    const char *reused = h3_outputs_reused(o, by, 2, dead);
+    if (reused != NULL)
+        return reused;
+    if (dead != 0)
         silu_out = 0;
     else if (h3_spans_overlap(o[0], o[1]) || h3_spans_overlap(o[0], in))
         return "aliased";

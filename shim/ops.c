@@ -625,6 +625,27 @@ uint64_t h3_outputs_dead(const struct h3_span *out, const struct h3_deferred *co
     return freed | released;
 }
 
+/*
+ * An op that runs where its range's first call was made writes the outputs
+ * of its later calls ahead of the held launches between that are not its
+ * own (another op's, or none's).  The planner saw in the signature that
+ * those launches do not refer to the outputs; what it cannot see is memory
+ * one of them reads or writes being freed after it was made and given to
+ * an output made later: written early, the output would be read or
+ * overwritten by that launch.  No free in between overlapping the output,
+ * on any thread, rules that out (a launch touches only memory live when it
+ * was made).  Returns the fallback's reason, or NULL.
+ */
+const char *h3_outputs_reused(const struct h3_span *out, const struct h3_deferred *const *by, unsigned n,
+                              uint64_t dead)
+{
+    for (unsigned i = 0; h3_later != NULL && i < n; i++)
+        if (out[i].lo != 0 && !(i < 64 && ((dead >> i) & 1)) && h3_later < by[i] &&
+            h3_released_maybe_between(h3_later->made, by[i]->made, out[i]))
+            return "freed_between";
+    return NULL;
+}
+
 static void h3_left_out_take(uint32_t *outputs, uint64_t *bytes)
 {
     *outputs = h3_left_out.outputs;

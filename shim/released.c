@@ -17,10 +17,12 @@
  *
  * Owns: the table of live blocks (weight_cache asks where a parameter's
  * block begins and ends), each thread's ring of its last H3_RECENT_FREES
- * frees, numbered with the thread's serial, and the reports-seen flag.
- * Invariants: a ring is written and read on its own thread; a question
- * about another thread's mark, or reaching back past a ring's oldest
- * entry, is answered "not known" (false), never "freed".
+ * frees, numbered with the thread's serial, the ring of every thread's
+ * last H3_ALL_FREES frees, and the reports-seen flag.
+ * Invariants: a thread's ring is written and read on its own thread; a
+ * question about another thread's mark, or reaching back past a ring's
+ * oldest entry, is answered "not known" (false), never "freed"; the ring
+ * of every thread's frees answers "maybe" for what it does not hold.
  * Never: calls above the services; the ring allocates nothing.
  */
 #include "h3shim.h"
@@ -141,16 +143,58 @@ static uint32_t h3_recent_serial(void)
     return h3_recent.serial;
 }
 
+/*
+ * Every thread's last H3_ALL_FREES frees, numbered in one count, for the
+ * question whether memory may have been freed between two points at all
+ * (h3_released_maybe_between): the allocator gives memory freed on a stream
+ * to the next allocation on it from any thread.  Reports come with the
+ * allocator's lock held, so a free that let a later allocation have the
+ * memory was counted before that allocation.  An entry is written as a
+ * sequence lock: `seq` is its number plus one once it is whole, 0 while it
+ * is written; a reader that sees another number, or sees it change, does
+ * not know the entry.
+ */
+#define H3_ALL_FREES 512
+static atomic_ullong h3_all_n;
+static struct {
+    atomic_ullong seq;
+    atomic_ullong lo, hi;
+} h3_all[H3_ALL_FREES];
+
 void h3_released_note_free(uint64_t lo, uint64_t hi)
 {
     h3_recent_serial();
     h3_recent.at[h3_recent.n % H3_RECENT_FREES] = (struct h3_span){lo, hi};
     h3_recent.n++;
+    uint64_t k = atomic_fetch_add_explicit(&h3_all_n, 1, memory_order_relaxed);
+    __typeof__(&h3_all[0]) e = &h3_all[k % H3_ALL_FREES];
+    atomic_store_explicit(&e->seq, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&e->lo, lo, memory_order_relaxed);
+    atomic_store_explicit(&e->hi, hi, memory_order_relaxed);
+    atomic_store_explicit(&e->seq, k + 1, memory_order_release);
 }
 
 struct h3_free_mark h3_released_mark(void)
 {
-    return (struct h3_free_mark){h3_recent_serial(), h3_recent.n};
+    return (struct h3_free_mark){h3_recent_serial(), h3_recent.n,
+                                 atomic_load_explicit(&h3_all_n, memory_order_relaxed)};
+}
+
+bool h3_released_maybe_between(struct h3_free_mark a, struct h3_free_mark b, struct h3_span s)
+{
+    if (!h3_released_seen() || b.all - a.all > H3_ALL_FREES)
+        return true;
+    for (uint64_t k = a.all; k != b.all; k++) {
+        __typeof__(&h3_all[0]) e = &h3_all[k % H3_ALL_FREES];
+        uint64_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
+        struct h3_span f = {atomic_load_explicit(&e->lo, memory_order_relaxed),
+                            atomic_load_explicit(&e->hi, memory_order_relaxed)};
+        atomic_thread_fence(memory_order_acquire);
+        if (seq != k + 1 || atomic_load_explicit(&e->seq, memory_order_relaxed) != seq || h3_spans_overlap(f, s))
+            return true;
+    }
+    return false;
 }
 
 bool h3_released_since(struct h3_free_mark mark, struct h3_span s)

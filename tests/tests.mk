@@ -126,9 +126,11 @@ $(B)/tests/h3-block3-frees-%.txt: $(B)/tests/h3-block3-replay.txt tests/tools/re
 #           freed-outputs rule must write what a held launch reads)
 #   cast-reader  the w2 weight's cast reading silu's output, freed after that cast (the same,
 #           for a launch another op claims, through a word no slot holds)
+#   early   the bias casts of to_qkv and w1 reading a buffer freed before the input's cast,
+#           which the allocator puts there (an op must not write that cast ahead of them)
 $(B)/tests/h3-block3-mutated-%.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py $* $< $@
-ALIAS_REPLAYS += $(foreach m,middle padding loose reader cast-reader,$(B)/tests/h3-block3-mutated-$(m).txt)
+ALIAS_REPLAYS += $(foreach m,middle padding loose reader cast-reader early,$(B)/tests/h3-block3-mutated-$(m).txt)
 # A stream that never repeats (the learner keeps it in its fixed memory and learns nothing).
 $(B)/tests/unique-replay.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py unique $< $@

@@ -22,6 +22,12 @@ with a mutation in every block, as a user's variant of the block would have:
            slot), and silu's output freed after that cast instead of after
            the mul: a launch another op claims that reads an output of
            swiglu's through a word the matcher does not compare
+  early    the bias cast of to_qkv (call 1) reading a buffer of its own
+           (MOVED_TO) instead of its FP32 bias, that buffer freed after the
+           weight's cast (call 2), and the input's cast (call 3) writing
+           where it was, its GEMM reading it there: the allocator gave a
+           buffer that a launch between norm_cast's two calls reads to the
+           output norm_cast writes ahead of that launch
   unique   3000 launches of the block's first kernel, each with a grid of
            its own: a stream in which no run of calls ever repeats
   gapped   another model's layers as a transformers Llama makes them in
@@ -72,7 +78,7 @@ def block_starts(lines, at):
             and lines[at[k + 4]].startswith("M ")]
 
 
-MODES = ("middle", "padding", "loose", "reader", "cast-reader", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams")
+MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -193,6 +199,31 @@ def main():
         for i, line in enumerate(lines):
             if i not in drop:
                 out += [line] + insert.get(i, [])
+        open(sys.argv[3], "w").write("\n".join(out) + "\n")
+        return 0
+    if sys.argv[1] == "early":
+        at = calls(lines)
+        starts = block_starts(lines, at)
+        if not starts:
+            sys.stderr.write("replay_mutate.py: no block found\n")
+            return 2
+        moved_to, after = 0x7e0000000000, {}
+        for k in starts:
+            bias, weight, cast, gemm = at[k + 1], at[k + 2], at[k + 3], at[k + 4]
+            f = lines[bias].split(" ")
+            f[-1] = (bytes.fromhex(f[-1])[:8] + moved_to.to_bytes(8, "little")).hex()
+            lines[bias] = " ".join(f)
+            f = lines[cast].split(" ")
+            ptrs = bytes.fromhex(f[-1])
+            out = int.from_bytes(ptrs[:8], "little")
+            f[-1] = (moved_to.to_bytes(8, "little") + ptrs[8:]).hex()
+            lines[cast] = " ".join(f)
+            g = lines[gemm].split(" ")
+            assert int(g[11], 16) == out, "the GEMM's B is not the input's cast"
+            g[11] = "%x" % moved_to
+            lines[gemm] = " ".join(g)
+            after[weight] = "F 0x%x %d" % (moved_to, int(f[2]) * 128 * 8 * 2)
+        out = [x for i, line in enumerate(lines) for x in [line] + ([after[i]] if i in after else [])]
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1] == "cast-reader":
