@@ -837,6 +837,14 @@ static const char *h3_wc_check(const struct h3_op_range *r, const struct h3_defe
     const char *why = h3_wc_read(r, calls, anchor, &x);
     if (why != NULL)
         return why;
+    /* The op reads the casts' sources after the rest of the group was
+     * issued (a fill, the owed writes): a source freed since its cast was
+     * made may be memory a later launch of the group wrote.  Every free
+     * that could have let one have it is noted by now. */
+    const struct h3_free_mark now = h3_released_mark();
+    if (h3_released_maybe_between(calls[x.w].made, now, (struct h3_span){x.src_w, x.src_w + 4 * (uint64_t)x.n_w}) ||
+        h3_released_maybe_between(calls[x.b].made, now, (struct h3_span){x.src_b, x.src_b + 4 * (uint64_t)x.n_b}))
+        return "freed_between";
     __typeof__(&cublasLtMatmulDescSetAttribute) set = H3_LIB_FN(CUBLASLT, cublasLtMatmulDescSetAttribute);
     if (h3_stream_capturing(x.stream)) {
         /* With graphs: copies made before the capture, read by the graph. */

@@ -595,16 +595,17 @@ FAKE_EXPORT long fw_replay(const char *path, long *bad_line)
 
 static long fw_replay_file(const char *path, const struct fw_replay_opts *o, long *bad_line);
 
-/* The model's parameters' block, reported once before the first replayed
- * call, as PyTorch's caching allocator reports every block it hands out
- * from the first tensor on (no PyTorch process runs a block before some
- * report).  FAKE_C10_SILENT set: none, as an allocator that reports nothing. */
-#define FW_PARAMS_BLOCK 0x100000u
-static void fw_params_reported(void)
+/* One block reported live once before the first replayed call (at an
+ * address no replay uses), as PyTorch's caching allocator reports every
+ * block it hands out from the first tensor on: no PyTorch process runs a
+ * block before some report.  FAKE_C10_SILENT set: none, as an allocator
+ * that reports nothing. */
+#define FW_FIRST_BLOCK 0x100000u
+static void fw_first_block_reported(void)
 {
     static atomic_bool reported;
     if (getenv("FAKE_C10_SILENT") == NULL && !atomic_exchange(&reported, true))
-        fw_c10_report(FW_PARAMS_BLOCK, 4096, 1);
+        fw_c10_report(FW_FIRST_BLOCK, 4096, 1);
 }
 
 FAKE_EXPORT long fw_replay_with(const char *path, const struct fw_replay_opts *opts, long *bad_line)
@@ -626,7 +627,7 @@ static long fw_replay_file(const char *path, const struct fw_replay_opts *o, lon
         return -1;
     fw_setup();
     fw_objects_make(1);
-    fw_params_reported();
+    fw_first_block_reported();
     /* FAKE_CAPTURING: every stream reports a capture in progress (fake_cuda.c).
      * One is begun here, once, as the application that made it would have:
      * the shim asks the driver about streams only while it has seen a
