@@ -187,6 +187,7 @@ struct h3_hot {
     atomic_uint wc_held; /* op_weight_cache.c, per copy: copies holding GPU memory, valid or not */
     bool lt_remember;    /* init.c: H3SHIM_LT_SHADOW on and calls matched */
     atomic_bool paused;  /* init.c: h3shim_pause: observed entry points forward unobserved */
+    atomic_uint idle_epoch; /* match.c and record.c: what can begin a group, or what a handle names, changed */
 } __attribute__((aligned(64)));
 extern struct h3_hot h3_hot;
 struct h3_queue;
@@ -204,8 +205,13 @@ struct h3_thread {
     bool expects_matmul;        /* match.c: a signature expects a GEMM next (h3_match_wants_matmul, any stream) */
     bool learn_gemms;           /* learn.c: the learner would keep this thread's next GEMM (not inside a refused group) */
     bool attempting;            /* match.c: an attempt at a signature is in progress (any stream) */
+    unsigned idle_epoch;        /* hooks.c: h3_hot.idle_epoch + 1 when h3_idle_keys were noted; 0: none */
 } __attribute__((aligned(64)));
 extern H3_TLS struct h3_thread h3_thread;
+/* hooks.c: kernel handles whose launches this thread found idle while its
+ * learner was not looking (direct-mapped on the handle). */
+#define H3_IDLE_KEYS 64
+extern H3_TLS const void *h3_idle_keys[H3_IDLE_KEYS];
 
 /* Whether this thread's next GEMM is wanted in full (a signature expects one,
  * or the learner would keep it): its descriptors are remembered as built. */
@@ -1238,6 +1244,8 @@ int h3_backtrace(void **frames, int max);
 /* ---- stats.c ---- */
 
 void h3_stats_count(const struct h3_call *c);
+/* A call its wrapper forwarded unobserved, its thread idle (hooks.c). */
+void h3_stats_idle_fast(enum h3_fn fn);
 /* Adds one observed call's host time in the shim before forwarding (call
  * record, matcher, engine, and any op it ran). */
 /* One observed call: `own_ns` of the shim's own host time before it was

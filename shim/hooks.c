@@ -93,6 +93,61 @@ static inline void h3_call_end(struct h3_call *c, long long result)
 }
 
 /*
+ * A launch's kernel found idle on a thread whose learner does not look (off,
+ * stopped, closed): it can begin no group, and nothing on the thread wants
+ * it.  Its later launches on the thread are forwarded from the exported
+ * wrapper (h3_launch_idle_fast) while that stays true: until what can begin
+ * a group or what a handle names changes (h3_hot.idle_epoch), and while
+ * nothing process-wide watches launches.
+ */
+static void h3_idle_note(const struct h3_call *c)
+{
+    unsigned epoch = atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1;
+    if (h3_thread.idle_epoch != epoch) {
+        memset(h3_idle_keys, 0, sizeof(h3_idle_keys));
+        h3_thread.idle_epoch = epoch;
+    }
+    if (c->handle != NULL)
+        h3_idle_keys[((uintptr_t)c->handle >> 4) % H3_IDLE_KEYS] = c->handle;
+}
+
+/*
+ * Whether this thread's calls may be forwarded unobserved where nothing can
+ * want them: it noted idle kernels (its learner does not look) since what
+ * can begin a group last changed, it has no attempt in progress, and
+ * nothing process-wide watches calls: no held launch or owed write (a call
+ * on their stream issues them first), no weight copy (a call may write its
+ * source), no capture recording, no trace (it records every call).  Plain
+ * loads only; the stats count such calls apart (h3_stats_idle_fast).
+ */
+static inline bool h3_thread_idle_fast(void)
+{
+    return h3_thread.idle_epoch == atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1 &&
+           h3_thread.depth == 0 && !h3_thread.attempting &&
+           atomic_load_explicit(&h3_hot.state, memory_order_acquire) == 1 && !h3_hot.trace_on &&
+           atomic_load_explicit(&h3_hot.holding, memory_order_relaxed) == 0 &&
+           atomic_load_explicit(&h3_hot.wc_live, memory_order_relaxed) == 0 &&
+           atomic_load_explicit(&h3_hot.wc_held, memory_order_relaxed) == 0 &&
+           atomic_load_explicit(&h3_hot.captures_recording, memory_order_relaxed) == 0;
+}
+
+/* Whether launch `key` (its kernel handle; for the launches of extended
+ * configurations their configuration, which no handle equals) is of a
+ * kernel h3_idle_note noted, and the thread's calls may go unobserved. */
+static inline bool h3_launch_idle_fast(const void *key)
+{
+    return key != NULL && h3_idle_keys[((uintptr_t)key >> 4) % H3_IDLE_KEYS] == key && h3_thread_idle_fast();
+}
+
+/* Whether library call `fn` may go unobserved: no signature has one but a
+ * cuBLASLt GEMM or a cuDNN execution (h3_match_idle), so with the thread's
+ * calls unwatched nothing wants it. */
+static inline bool h3_libcall_idle_fast(enum h3_fn fn)
+{
+    return fn != H3_FN_cublasLtMatmul && fn != H3_FN_cudnnBackendExecute && h3_thread_idle_fast();
+}
+
+/*
  * The pipeline for a described call: the engine's first look (captures,
  * matching off), then whether anything could depend on the call (idle),
  * then the matcher and the learner, then the engine's decision.  Returns true when the
@@ -110,6 +165,8 @@ static bool h3_call_decide(struct h3_call *c)
     bool quiet = h3_engine_quiet(c), unmatched = quiet && c->kind != H3_KIND_SYNC && h3_match_idle(c);
     if (quiet && (c->kind == H3_KIND_SYNC || (unmatched && !h3_learn_wants(c)))) {
         c->reason = "idle";
+        if (c->kind == H3_KIND_LAUNCH && !h3_learn_looking())
+            h3_idle_note(c);
         return false;
     }
     if (c->kind == H3_KIND_SYNC) {
@@ -153,7 +210,7 @@ static inline bool h3_call_unwanted_fast(void)
  * resolution, observation) lives in a function of its own.  The entry's kind
  * is a constant there, not a read of h3_hooks.
  */
-#define H3_WRAP_OBSERVED(kind, lib, ret, name, params, args, describe)           \
+#define H3_WRAP_OBSERVED(kind, lib, ret, name, params, args, describe, idle)     \
     __attribute__((noinline)) static ret h3_slow_##name params                   \
     {                                                                            \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
@@ -177,11 +234,23 @@ static inline bool h3_call_unwanted_fast(void)
         void *p_ = atomic_load_explicit(&h3_real[H3_FN_##name], memory_order_acquire); \
         if (H3_LIKELY(p_ != NULL && h3_call_unwanted_fast()))                    \
             return ((__typeof__(&name))p_) args;                                 \
+        if (p_ != NULL && idle) { /* nested calls stay unobserved */            \
+            if (H3_UNLIKELY(h3_hot.stats))                                       \
+                h3_stats_idle_fast(H3_FN_##name);                                \
+            h3_thread.depth++;                                                   \
+            ret r_ = ((__typeof__(&name))p_) args;                               \
+            h3_thread.depth--;                                                   \
+            return r_;                                                           \
+        }                                                                        \
         return h3_slow_##name args;                                              \
     }
-#define H3_WRAP_LAUNCH(...) H3_WRAP_OBSERVED(LAUNCH, __VA_ARGS__)
-#define H3_WRAP_LIBCALL(...) H3_WRAP_OBSERVED(LIBCALL, __VA_ARGS__)
-#define H3_WRAP_SYNC(...) H3_WRAP_OBSERVED(SYNC, __VA_ARGS__)
+#define H3_FIRST_(a, ...) a
+#define H3_FIRST(...) H3_FIRST_(__VA_ARGS__, 0)
+#define H3_WRAP_LAUNCH(lib, ret, name, params, args, describe) \
+    H3_WRAP_OBSERVED(LAUNCH, lib, ret, name, params, args, describe, h3_launch_idle_fast((const void *)(H3_FIRST args)))
+#define H3_WRAP_LIBCALL(lib, ret, name, params, args, describe) \
+    H3_WRAP_OBSERVED(LIBCALL, lib, ret, name, params, args, describe, h3_libcall_idle_fast(H3_FN_##name))
+#define H3_WRAP_SYNC(...) H3_WRAP_OBSERVED(SYNC, __VA_ARGS__, false)
 #define H3_WRAP_PROCADDR(lib, ret, name, params, args, describe)
 
 /*

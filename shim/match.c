@@ -442,6 +442,7 @@ void h3_match_setup(void)
     atomic_store(&h3_match_firsts.matmul, matmul);
     atomic_store(&h3_match_firsts.cudnn, cudnn);
     atomic_store(&h3_match_firsts.all, all);
+    atomic_fetch_add(&h3_hot.idle_epoch, 1); /* the threads' idle kernels are asked again */
 }
 
 bool h3_match_idle(const struct h3_call *c)

@@ -158,6 +158,7 @@ static atomic_uint h3_kernels_generation;
 void h3_record_modules_changed(void)
 {
     atomic_fetch_add_explicit(&h3_kernels_generation, 1, memory_order_release);
+    atomic_fetch_add(&h3_hot.idle_epoch, 1); /* a handle may name another kernel now */
 }
 
 /* Whether two descriptions describe the same kernel (name and parameters). */

@@ -72,6 +72,13 @@ struct h3_decision_count {
 };
 static struct h3_decision_count h3_decisions[H3_DECISION_SLOTS];
 
+static atomic_ulong h3_stat_idle_fast[H3_FN_COUNT];
+
+void h3_stats_idle_fast(enum h3_fn fn)
+{
+    atomic_fetch_add_explicit(&h3_stat_idle_fast[fn], 1, memory_order_relaxed);
+}
+
 void h3_stats_count(const struct h3_call *c)
 {
     if (!h3_hot.stats)
@@ -230,6 +237,15 @@ void h3_stats_print_calls(void)
     }
     if (at > 0)
         h3_stats_line("configuration calls noted: %s", by);
+    at = 0;
+    by[0] = '\0';
+    for (unsigned i = 0; i < H3_FN_COUNT && at < sizeof(by); i++) {
+        unsigned long n = atomic_load(&h3_stat_idle_fast[i]);
+        if (n != 0)
+            at += (size_t)snprintf(by + at, sizeof(by) - at, "%s%s %lu", at > 0 ? ", " : "", h3_hooks[i].name, n);
+    }
+    if (at > 0)
+        h3_stats_line("forwarded by their wrapper, the thread idle (not observed, not timed): %s", by);
 }
 
 void h3_stats_print_time(uint64_t ops_ns)

@@ -267,6 +267,39 @@ static long stat_after(const char *stats, const char *key)
     const char *p = strstr(stats, key);
     return p != NULL ? strtol(p + strlen(key), NULL, 10) : -1;
 }
+/* The count of `fn` on the stats line of calls forwarded by their wrapper, or 0. */
+static long idle_fast(const char *stats, const char *fn)
+{
+    const char *line = strstr(stats, "forwarded by their wrapper, the thread idle");
+    if (line == NULL)
+        return 0;
+    const char *end = strchr(line, '\n'), *at = strstr(line, fn);
+    return at != NULL && (end == NULL || at < end) ? strtol(at + strlen(fn) + 1, NULL, 10) : 0;
+}
+
+/* Every call forwarded by its wrapper, the thread idle (0 if none). */
+static long forwarded_all(const char *stats)
+{
+    const char *line = strstr(stats, "forwarded by their wrapper, the thread idle (not observed, not timed): ");
+    if (line == NULL)
+        return 0;
+    long n = 0;
+    const char *end = strchr(line, '\n');
+    for (const char *at = strchr(line, ':') + 1; at != NULL && (end == NULL || at < end); at = strchr(at + 1, ',')) {
+        const char *sp = strchr(at + 2, ' ');
+        if (sp == NULL || (end != NULL && sp > end))
+            break;
+        n += strtol(sp + 1, NULL, 10);
+    }
+    return n;
+}
+
+/* Calls that took the idle path, observed or forwarded by their wrappers. */
+static long idle_calls(const char *stats)
+{
+    return stat_after(stats, "passthrough  idle") + forwarded_all(stats);
+}
+
 
 /* The end of a stats text, short enough for a Check message. */
 static const char *tail_of(const char *stats)
@@ -1509,7 +1542,7 @@ START_TEST(another_models_calls_are_forwarded_idle)
     char *base, *stats;
     char *log = replay_against_base(T_REPLAY_FOREIGN, "foreign", learn_off, &base, &stats);
     ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
-    long calls = stat_after(stats, "shim host time: "), idle = stat_after(stats, "passthrough  idle");
+    long calls = stat_after(stats, "shim host time: ") + forwarded_all(stats), idle = idle_calls(stats);
     ck_assert_msg(calls > 500 && idle > calls * 9 / 10, "%ld idle of %ld calls:\n%s", idle, calls, tail_of(stats));
     /* Only each kernel's first launch takes the whole way (32 kernels). */
     ck_assert_msg(stat_after(stats, "passthrough  no_match") <= 32, "%s", tail_of(stats));
@@ -1524,7 +1557,7 @@ START_TEST(another_models_calls_are_forwarded_idle)
      * instances after the refusal are idle, but for the first two calls of
      * each later stack, which follow calls outside the group (what is
      * refused is a call after the two before it). */
-    calls = stat_after(stats, "shim host time: "), idle = stat_after(stats, "passthrough  idle");
+    calls = stat_after(stats, "shim host time: ") + forwarded_all(stats), idle = idle_calls(stats);
     ck_assert_msg(calls == 516 && idle >= 6 * 42 - 4, "%ld idle of %ld calls:\n%s", idle, calls, tail_of(stats));
     /* Inside the refused group its GEMMs' descriptors are not remembered as
      * they are built (the shape is enough): 75 handles for the 15 GEMMs the
@@ -1578,7 +1611,7 @@ START_TEST(blocks_after_another_models_idle_calls_fuse)
     char *alone = replay_with("h3", defaults, &alone_stats);
     ck_assert_msg(strstr(stats, "minimax-h3-vae-decoder/block: 9 complete, 0 broken") != NULL, "%s",
                   tail_of(stats));
-    ck_assert_int_gt(stat_after(stats, "passthrough  idle"), 400);
+    ck_assert_int_gt(idle_calls(stats), 400);
     /* The same ops in the same blocks, and the foreign part executed as without the shim. */
     const char *ops[] = {"op norm_cast    9 groups run (18 calls)", "op residual_norm 18 groups run (54 calls)",
                          "op qk_norm_rope 9 groups run (162 calls)", "op swiglu       9 groups run (18 calls)",
@@ -1613,7 +1646,7 @@ START_TEST(another_models_graph_is_captured_and_launched_untouched)
     free(executed);
     ck_assert_msg(strstr(stats, "weight_cache graphs: 2 launches of graphs captured under the shim") != NULL, "%s",
                   tail_of(stats));
-    ck_assert_int_gt(stat_after(stats, "passthrough  idle"), 400);
+    ck_assert_int_gt(idle_calls(stats), 400);
     free(stats);
     free(log);
     free(base);
@@ -2634,6 +2667,45 @@ START_TEST(an_output_a_claimed_launch_reads_is_written)
 }
 END_TEST
 
+/*
+ * With learning off (H3SHIM_LEARN=0), another model's layers, with one of
+ * the block's weight casts among them, then the block (the shared replay):
+ * the layers' launches and cuBLAS GEMMs are forwarded by their wrappers
+ * once their kernels were found idle, and the block is matched and fused
+ * as when every call is observed (a trace observes every call), the same
+ * calls executed in the same order.  Learning on, the wrappers forward
+ * nothing (the learner looks at every call).
+ */
+START_TEST(an_idle_thread_s_calls_are_forwarded_by_their_wrappers)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", "H3SHIM_LEARN=0", NULL};
+    t_run.replay = T_REPLAY_SHARED;
+    char *stats, *traced_stats;
+    char *log = replay_with("idle-fast", env, &stats);
+    t_run.trace = t_path("idle-fast.jsonl");
+    char *traced = replay_with("idle-traced", env, &traced_stats);
+    t_run.trace = NULL;
+    long launches = idle_fast(stats, "__cudaLaunchKernel"), gemms = idle_fast(stats, "cublasGemmEx");
+    ck_assert_msg(launches >= 20 * 25 && gemms >= 20 * 4, "%ld launches, %ld GEMMs\n%s", launches, gemms,
+                  tail_of(stats));
+    ck_assert_msg(idle_fast(traced_stats, "__cudaLaunchKernel") == 0, "%s", tail_of(traced_stats));
+    /* The same executions (weight_cache's copies, host memory on the fakes, may lie elsewhere). */
+    char *checks = op_checks(log), *traced_checks = op_checks(traced);
+    ck_assert_str_eq(checks, traced_checks);
+    ck_assert_uint_eq(count_lines_starting(log, "exec "), count_lines_starting(traced, "exec "));
+    ck_assert_uint_eq(t_count_lines(log), t_count_lines(traced));
+    ck_assert_msg(strstr(stats, "op norm_cast    9 groups run") != NULL && count_lines_starting(checks, "qk_check") == 9,
+                  "%s", tail_of(stats));
+    free(checks), free(traced_checks), free(log), free(traced), free(stats), free(traced_stats);
+    static const char *const learning[] = {"H3SHIM_OPS=all", NULL};
+    log = replay_with("idle-learning", learning, &stats);
+    t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "forwarded by their wrapper") == NULL, "%s", tail_of(stats));
+    free(log), free(stats);
+}
+END_TEST
+
 /* The count on the stats line "op OP ... fallback REASON N", or -1. */
 static long op_fallbacks(const char *stats, const char *op, const char *reason)
 {
@@ -2976,7 +3048,7 @@ START_TEST(learning_is_bounded_and_switched_off)
     unsetenv("H3SHIM_LEARN_PATIENCE");
     ck_assert_msg(strstr(stats, "0 stopped looking") == NULL && strstr(stats, "1 stopped looking") != NULL, "%s",
                   tail_of(stats));
-    ck_assert_msg(stat_after(stats, "passthrough  idle") >= 1999, "%s", tail_of(stats));
+    ck_assert_msg(idle_calls(stats) >= 1999, "%s", tail_of(stats));
     free(stats);
     /* Another model's calls over and over: its group is refused at once, and
      * a group refused again and again renews no patience, so the thread
@@ -2987,7 +3059,7 @@ START_TEST(learning_is_bounded_and_switched_off)
     unsetenv("H3SHIM_LEARN_PATIENCE");
     ck_assert_msg(strstr(stats, "1 refused") != NULL && strstr(stats, "1 stopped looking") != NULL, "%s",
                   tail_of(stats));
-    ck_assert_msg(stat_after(stats, "passthrough  idle") >= 8000, "%s", tail_of(stats));
+    ck_assert_msg(idle_calls(stats) >= 8000, "%s", tail_of(stats));
     free(stats);
     static const char *const off[] = {"H3SHIM_OPS=all", "H3SHIM_LEARN=0", NULL};
     char *none = t_path("no-signatures");
@@ -3456,6 +3528,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, an_output_a_held_launch_reads_is_written);
     tcase_add_test(ops, an_output_a_claimed_launch_reads_is_written);
     tcase_add_test(ops, an_output_is_not_written_ahead_of_a_launch_whose_memory_it_took);
+    tcase_add_test(ops, an_idle_thread_s_calls_are_forwarded_by_their_wrappers);
     tcase_add_test(ops, verify_mode_compares_then_fuses);
     tcase_add_test(ops, verify_mode_turns_a_wrong_op_off);
     tcase_add_test(ops, verify_mode_falls_back_where_it_cannot_compare);
