@@ -25,6 +25,7 @@ static atomic_ulong h3_stat_part_ns[H3_PARTS];       /* the matcher's and the sc
 static atomic_ulong h3_stat_reads;                    /* the stats' own clock reads inside the parts */
 static atomic_ulong h3_stat_config_ns, h3_stat_configs; /* configuration calls' own time (in h3_stat_shim_ns) */
 static atomic_ulong h3_stat_config_by[H3_FN_COUNT];    /* configuration calls noted, by entry point */
+static atomic_ulong h3_stat_idle_fast[H3_FN_COUNT];    /* calls an idle thread's wrappers forwarded */
 static atomic_ulong h3_stat_one_off_ns[H3_ONE_OFF_KINDS], h3_stat_one_offs[H3_ONE_OFF_KINDS];
 static atomic_ulong h3_stat_errors[H3_FN_COUNT];
 /* The shim's own host time per call, in quarter-octave buckets: the mean
@@ -71,8 +72,6 @@ struct h3_decision_count {
     atomic_ulong count;
 };
 static struct h3_decision_count h3_decisions[H3_DECISION_SLOTS];
-
-static atomic_ulong h3_stat_idle_fast[H3_FN_COUNT];
 
 void h3_stats_idle_fast(enum h3_fn fn)
 {
@@ -189,6 +188,7 @@ void h3_stats_reset(void)
         atomic_store(&h3_stat_own_ns[i], 0);
         atomic_store(&h3_stat_describe_ns[i], 0);
         atomic_store(&h3_stat_config_by[i], 0);
+        atomic_store(&h3_stat_idle_fast[i], 0);
         if (i < H3_PARTS)
             atomic_store(&h3_stat_part_ns[i], 0);
         atomic_store(&h3_stat_config_ns, 0);
@@ -216,6 +216,21 @@ void h3_stats_line(const char *fmt, ...)
     va_end(ap);
 }
 
+/* One line "TITLE: ENTRY N, ..." of the entry points whose count is not 0 (none: no line). */
+static void h3_stats_by_entry(const char *title, atomic_ulong *counts)
+{
+    char by[512];
+    size_t at = 0;
+    by[0] = '\0';
+    for (unsigned i = 0; i < H3_FN_COUNT && at < sizeof(by); i++) {
+        unsigned long n = atomic_load(&counts[i]);
+        if (n != 0)
+            at += (size_t)snprintf(by + at, sizeof(by) - at, "%s%s %lu", at > 0 ? ", " : "", h3_hooks[i].name, n);
+    }
+    if (at > 0)
+        h3_stats_line("%s: %s", title, by);
+}
+
 void h3_stats_print_calls(void)
 {
     h3_stats_line("%-32s %12s %8s %14s %14s", "api", "calls", "errors", "own ns/call", "describing");
@@ -227,25 +242,8 @@ void h3_stats_print_calls(void)
                           (double)atomic_load(&h3_stat_describe_ns[i]) / (double)calls);
     }
     /* Configuration calls the shim looked at (the rest were forwarded at once). */
-    char by[512];
-    size_t at = 0;
-    by[0] = '\0';
-    for (unsigned i = 0; i < H3_FN_COUNT && at < sizeof(by); i++) {
-        unsigned long n = atomic_load(&h3_stat_config_by[i]);
-        if (n != 0)
-            at += (size_t)snprintf(by + at, sizeof(by) - at, "%s%s %lu", at > 0 ? ", " : "", h3_hooks[i].name, n);
-    }
-    if (at > 0)
-        h3_stats_line("configuration calls noted: %s", by);
-    at = 0;
-    by[0] = '\0';
-    for (unsigned i = 0; i < H3_FN_COUNT && at < sizeof(by); i++) {
-        unsigned long n = atomic_load(&h3_stat_idle_fast[i]);
-        if (n != 0)
-            at += (size_t)snprintf(by + at, sizeof(by) - at, "%s%s %lu", at > 0 ? ", " : "", h3_hooks[i].name, n);
-    }
-    if (at > 0)
-        h3_stats_line("forwarded by their wrapper, the thread idle (not observed, not timed): %s", by);
+    h3_stats_by_entry("configuration calls noted", h3_stat_config_by);
+    h3_stats_by_entry("forwarded by their wrapper, the thread idle (not observed, not timed)", h3_stat_idle_fast);
 }
 
 void h3_stats_print_time(uint64_t ops_ns)
