@@ -35,9 +35,16 @@ static inline bool h3_call_wanted(void)
            !atomic_load_explicit(&h3_hot.paused, memory_order_relaxed);
 }
 
+/* h3_hot.idle_epoch + 1 when this thread's current call began (h3_idle_note). */
+static H3_TLS unsigned h3_call_epoch;
+
 /* Starts observing a call that h3_call_wanted() accepted. */
 static inline void h3_call_begin(struct h3_call *c, enum h3_fn fn, enum h3_kind kind)
 {
+    /* Before the description and the idle decision read what a signature
+     * begins with and what the handle names: a change after this read makes
+     * an idle note of this call stale at once (h3_idle_note). */
+    h3_call_epoch = atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1;
     h3_thread.depth++;
     __builtin_memset(c, 0, offsetof(struct h3_call, u));
     c->fn = fn;
@@ -84,12 +91,20 @@ static inline void h3_call_end(struct h3_call *c, long long result)
         h3_captures_after(c);
     if (H3_UNLIKELY(c->context_edge != 0))
         h3_engine_context_after(c);
+    if (H3_UNLIKELY(c->kind == H3_KIND_SYNC) && h3_ends_context(c->fn))
+        h3_record_modules_changed(); /* a context's modules may have gone with it: their handles may be reused */
     h3_stats_count(c);
     if (h3_hot.trace_on) {
         c->t1_ns = h3_now_ns();
         h3_trace_emit(c);
     }
     h3_thread.depth--;
+}
+
+/* A handle's slot in the thread's table (handles lie at strides of a power of two). */
+static inline unsigned h3_idle_slot(const void *key)
+{
+    return (unsigned)(((uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull) >> 58) % H3_IDLE_KEYS;
 }
 
 /*
@@ -100,15 +115,16 @@ static inline void h3_call_end(struct h3_call *c, long long result)
  * a group or what a handle names changes (h3_hot.idle_epoch), and while
  * nothing process-wide watches launches.
  */
-static void h3_idle_note(const struct h3_call *c)
+static void h3_idle_note(const struct h3_call *c, unsigned epoch)
 {
-    unsigned epoch = atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1;
+    if (epoch == 0)
+        return; /* the epoch wrapped: 0 is no table's */
     if (h3_thread.idle_epoch != epoch) {
         memset(h3_idle_keys, 0, sizeof(h3_idle_keys));
         h3_thread.idle_epoch = epoch;
     }
     if (c->handle != NULL)
-        h3_idle_keys[((uintptr_t)c->handle >> 4) % H3_IDLE_KEYS] = c->handle;
+        h3_idle_keys[h3_idle_slot(c->handle)] = c->handle;
 }
 
 /*
@@ -122,7 +138,8 @@ static void h3_idle_note(const struct h3_call *c)
  */
 static inline bool h3_thread_idle_fast(void)
 {
-    return h3_thread.idle_epoch == atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1 &&
+    return h3_thread.idle_epoch != 0 &&
+           h3_thread.idle_epoch == atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1 &&
            h3_thread.depth == 0 && !h3_thread.attempting &&
            atomic_load_explicit(&h3_hot.state, memory_order_acquire) == 1 && !h3_hot.trace_on &&
            atomic_load_explicit(&h3_hot.holding, memory_order_relaxed) == 0 &&
@@ -136,7 +153,7 @@ static inline bool h3_thread_idle_fast(void)
  * kernel h3_idle_note noted, and the thread's calls may go unobserved. */
 static inline bool h3_launch_idle_fast(const void *key)
 {
-    return key != NULL && h3_idle_keys[((uintptr_t)key >> 4) % H3_IDLE_KEYS] == key && h3_thread_idle_fast();
+    return key != NULL && h3_idle_keys[h3_idle_slot(key)] == key && h3_thread_idle_fast();
 }
 
 /* Whether library call `fn` may go unobserved: no signature has one but a
@@ -166,7 +183,7 @@ static bool h3_call_decide(struct h3_call *c)
     if (quiet && (c->kind == H3_KIND_SYNC || (unmatched && !h3_learn_wants(c)))) {
         c->reason = "idle";
         if (c->kind == H3_KIND_LAUNCH && !h3_learn_looking())
-            h3_idle_note(c);
+            h3_idle_note(c, h3_call_epoch);
         return false;
     }
     if (c->kind == H3_KIND_SYNC) {
@@ -214,6 +231,14 @@ static inline bool h3_call_unwanted_fast(void)
     __attribute__((noinline)) static ret h3_slow_##name params                   \
     {                                                                            \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
+        if (idle) { /* nested calls stay unobserved */                           \
+            if (H3_UNLIKELY(h3_hot.stats))                                       \
+                h3_stats_idle_fast(H3_FN_##name);                                \
+            h3_thread.depth++;                                                   \
+            ret r_ = real_ args;                                                 \
+            h3_thread.depth--;                                                   \
+            return r_;                                                           \
+        }                                                                        \
         if (!h3_call_wanted())                                                   \
             return real_ args;                                                   \
         struct h3_call call_;                                                    \
@@ -234,14 +259,6 @@ static inline bool h3_call_unwanted_fast(void)
         void *p_ = atomic_load_explicit(&h3_real[H3_FN_##name], memory_order_acquire); \
         if (H3_LIKELY(p_ != NULL && h3_call_unwanted_fast()))                    \
             return ((__typeof__(&name))p_) args;                                 \
-        if (p_ != NULL && idle) { /* nested calls stay unobserved */            \
-            if (H3_UNLIKELY(h3_hot.stats))                                       \
-                h3_stats_idle_fast(H3_FN_##name);                                \
-            h3_thread.depth++;                                                   \
-            ret r_ = ((__typeof__(&name))p_) args;                               \
-            h3_thread.depth--;                                                   \
-            return r_;                                                           \
-        }                                                                        \
         return h3_slow_##name args;                                              \
     }
 #define H3_FIRST_(a, ...) a

@@ -419,8 +419,8 @@ static void h3_match_note_expectation(const struct h3_matcher *m)
     h3_thread.attempting = attempting;
 }
 
-/* The signatures' first calls (h3_match_setup, before the shim is active):
- * what can begin an attempt. */
+/* The signatures' first calls (h3_match_setup, at start-up and whenever a
+ * signature is learned): what can begin an attempt. */
 static struct {
     atomic_ullong all;            /* a bit per signature, as h3_kernel.not_first has them */
     atomic_bool matmul, cudnn;    /* some signature begins with a GEMM, with a cuDNN execution */

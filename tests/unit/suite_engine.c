@@ -274,8 +274,11 @@ static long idle_fast(const char *stats, const char *fn)
     const char *line = strstr(stats, "forwarded by their wrapper, the thread idle");
     if (line == NULL)
         return 0;
-    const char *end = strchr(line, '\n'), *at = strstr(line, fn);
-    return at != NULL && (end == NULL || at < end) ? strtol(at + strlen(fn) + 1, NULL, 10) : 0;
+    const char *end = strchr(line, '\n');
+    for (const char *at = strstr(line, fn); at != NULL && (end == NULL || at < end); at = strstr(at + 1, fn))
+        if (at[strlen(fn)] == ' ' && (at[-1] == ' ' || at[-1] == ','))
+            return strtol(at + strlen(fn) + 1, NULL, 10);
+    return 0;
 }
 
 /* Every call forwarded by its wrapper, the thread idle (0 if none). */
