@@ -83,6 +83,15 @@ def block_starts(lines, at):
             and lines[at[k + 4]].startswith("M ")]
 
 
+def blocks_in(lines):
+    """The call lines and the blocks' starts among them (block_starts); none found is said on stderr."""
+    at = calls(lines)
+    starts = block_starts(lines, at)
+    if not starts:
+        sys.stderr.write("replay_mutate.py: no block found\n")
+    return at, starts
+
+
 MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "looped", "shared", "variant", "lengths", "lt-lengths", "streams")
 
 
@@ -125,10 +134,8 @@ def main():
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1] == "shared":
-        at = calls(lines)
-        starts = block_starts(lines, at)
+        at, starts = blocks_in(lines)
         if not starts:
-            sys.stderr.write("replay_mutate.py: no block found\n")
             return 2
         layer = gapped_layer([foreign(line) for line in lines if line.startswith("L ")][:30])
         layer.insert(7, lines[at[starts[0] + 1]])  # the block's first weight cast
@@ -215,10 +222,8 @@ def main():
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1] == "early":
-        at = calls(lines)
-        starts = block_starts(lines, at)
+        at, starts = blocks_in(lines)
         if not starts:
-            sys.stderr.write("replay_mutate.py: no block found\n")
             return 2
         moved_to, after = 0x7e0000000000, {}
         for k in starts:
