@@ -109,7 +109,7 @@ struct h3_learner {
     } last[H3_LEARN_LAST];
     struct h3_learn_candidate cand[H3_LEARN_CANDIDATES];
     uint64_t since_repeat; /* kept calls since a group not refused before was last tried */
-    uint64_t since_new;    /* calls, kept or passed by, since a group not refused before was tried or a signature's ran */
+    uint64_t since_kept;   /* calls passed by since the last one kept or a signature's group ran */
     bool synced;           /* a call that submits work or synchronises came since the last one */
     bool resting;          /* H3SHIM_LEARN_REST calls passed by in a row: not looking until woken */
 };
@@ -192,10 +192,8 @@ bool h3_learn_looking(void)
 }
 
 /*
- * A learner that saw H3SHIM_LEARN_REST calls with no group tried that was
- * not refused before and no signature's group running (another model's
- * refused layers, with the few calls around them it keeps every iteration,
- * and calls it cannot keep) rests: the thread's calls
+ * A learner that passed H3SHIM_LEARN_REST calls in a row by (another
+ * model's refused layers, calls it cannot keep) rests: the thread's calls
  * go as with learning off (hooks.c forwards its idle kernels' launches from
  * their wrappers).  It wakes at a call that is not idle (one that may begin
  * a signature's group: the block at another shape) or at a launch of a
@@ -204,7 +202,7 @@ bool h3_learn_looking(void)
  */
 static void h3_learn_rest(struct h3_learner *l)
 {
-    if (++l->since_new <= (uint64_t)h3_config.learn_rest || l->resting)
+    if (++l->since_kept <= (uint64_t)h3_config.learn_rest || l->resting)
         return;
     l->resting = true;
     h3_thread.learn_gemms = false;
@@ -214,7 +212,7 @@ static void h3_learn_rest(struct h3_learner *l)
 static void h3_learn_wake(struct h3_learner *l)
 {
     l->resting = false;
-    l->since_new = 0;
+    l->since_kept = 0;
     h3_learn_gap = true;
     h3_thread.idle_epoch = 0; /* hooks.c: no idle kernel is forwarded by its wrapper now */
     atomic_fetch_add(&h3_learn_counts.woke, 1);
@@ -1599,7 +1597,7 @@ static void h3_learn_refuse_group(uint64_t fp)
 static void h3_learn_try(struct h3_learner *l, uint64_t start, uint32_t period)
 {
     if (!h3_learn_group_refused(h3_learn_fingerprint(l, start, period))) {
-        l->since_repeat = 0, l->since_new = 0;
+        l->since_repeat = 0;
         h3_learn_group(l, start, period);
     }
 }
@@ -1710,7 +1708,7 @@ void h3_learn_observe(struct h3_call *c)
         /* The thread runs a signature's group: the block's other shapes
          * (another tile, another batch) may come yet, so it keeps looking. */
         if (h3_learner_tls != NULL)
-            h3_learner_tls->since_repeat = 0, h3_learner_tls->since_new = 0;
+            h3_learner_tls->since_repeat = 0, h3_learner_tls->since_kept = 0;
         h3_learn_break(H3_SKIP_TAKEN);
         h3_learn_note(0, true); /* should the attempt break, its GEMM is kept */
         return;
@@ -1729,7 +1727,7 @@ void h3_learn_observe(struct h3_call *c)
         h3_learn_push(l, NULL, 0);
     }
     h3_learn_push(l, c, id);
-    h3_learn_rest(l);
+    l->since_kept = 0;
     if (c->kind == H3_KIND_LAUNCH && c->kernel != NULL &&
         !atomic_load_explicit(&c->kernel->kept, memory_order_relaxed))
         atomic_store_explicit(&((struct h3_kernel *)c->kernel)->kept, true, memory_order_relaxed);

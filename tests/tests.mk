@@ -139,10 +139,6 @@ ALIAS_REPLAYS += $(B)/tests/unique-replay.txt
 $(B)/tests/gapped-replay.txt: $(B)/tests/foreign-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py gapped $< $@
 ALIAS_REPLAYS += $(B)/tests/gapped-replay.txt
-# Those layers as a timed loop makes them: four, two launches kept every iteration, a synchronisation.
-$(B)/tests/looped-replay.txt: $(B)/tests/foreign-replay.txt tests/tools/replay_mutate.py
-	python3 tests/tools/replay_mutate.py looped $< $@
-ALIAS_REPLAYS += $(B)/tests/looped-replay.txt
 # Another model's layers with one of the block's weight casts in them, then the block.
 $(B)/tests/shared-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py shared $< $@

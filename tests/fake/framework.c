@@ -671,8 +671,6 @@ static long fw_replay_file(const char *path, const struct fw_replay_opts *o, lon
             r = fw_replay_cudnn(tok, n, o->stream);
         else if (n > 0 && strcmp(tok[0], "G") == 0)
             r = fw_replay_gemm();
-        else if (n > 0 && strcmp(tok[0], "S") == 0) /* the program synchronises (a loop's iteration ends) */
-            r = cudaStreamSynchronize(NULL);
         if (r != 0) {
             *bad_line = lineno;
             fclose(f);
@@ -807,7 +805,6 @@ static long fw_replay_bench(const char *path, long n)
         long long r = c->kind == 'L'   ? __cudaLaunchKernel((cudaKernel_t)c->k, c->g, c->b, c->args, c->shmem, c->s)
                       : c->kind == 'M' ? fw_replay_matmul(c->tok, c->n, 0)
                       : c->kind == 'G' ? fw_replay_gemm()
-                      : c->kind == 'S' ? cudaStreamSynchronize(NULL)
                                        : fw_replay_cudnn(c->tok, c->n, 0);
         failed += r != 0;
     }

@@ -36,11 +36,6 @@ with a mutation in every block, as a user's variant of the block would have:
            (a G line, which the learner cannot keep) after each run, the
            layer 100 times: calls that repeat, never in a run that could
            hold three instances of a group
-  looped   a Llama's forward as a timed loop makes it: the gapped layer four
-           times, then two launches of IN's first kernel with a grid of the
-           iteration's (of seven), then a synchronisation (an S line), 60
-           times: a refused layer among a few calls the learner keeps
-           every iteration
   shared   another model's layers with a call of the H3 block in them, then
            the block: the gapped layer made from IN's launches renamed, with
            IN's first weight cast (its own kernel and grid) after the
@@ -92,7 +87,7 @@ def blocks_in(lines):
     return at, starts
 
 
-MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "looped", "shared", "variant", "lengths", "lt-lengths", "streams")
+MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -124,14 +119,6 @@ def main():
     if sys.argv[1] == "gapped":
         layer = gapped_layer([line for line in lines if line.startswith("L ")][:30])
         open(sys.argv[3], "w").write("\n".join(layer * 100) + "\n")
-        return 0
-    if sys.argv[1] == "looped":
-        layer = gapped_layer([line for line in lines if line.startswith("L ")][:30])
-        head = next(line for line in lines if line.startswith("L ")).split(" ")
-        out = []
-        for i in range(60):
-            out += layer * 4 + [" ".join(head[:2] + [str(2000 + i % 7)] + head[3:])] * 2 + ["S"]
-        open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1] == "shared":
         at, starts = blocks_in(lines)
