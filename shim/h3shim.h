@@ -303,9 +303,6 @@ struct h3_kernel {
      * is written: a thread never sees the table say more than this entry
      * lets it ask). */
     atomic_bool in_refused;
-    /* learn.c: some thread's learner kept a launch of it (a resting learner
-     * wakes at a launch of a kernel none kept). */
-    atomic_bool kept;
     /* learn.c: the refused groups' triples (a launch of it after the two
      * calls before it, as a thread sees them once the groups are refused)
      * that the process's table holds, from the line after the one a launch

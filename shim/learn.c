@@ -109,9 +109,7 @@ struct h3_learner {
     } last[H3_LEARN_LAST];
     struct h3_learn_candidate cand[H3_LEARN_CANDIDATES];
     uint64_t since_repeat; /* kept calls since a group not refused before was last tried */
-    uint64_t since_kept;   /* calls passed by since the last one kept or a signature's group ran */
     bool synced;           /* a call that submits work or synchronises came since the last one */
-    bool resting;          /* H3SHIM_LEARN_REST calls passed by in a row: not looking until woken */
 };
 
 static H3_TLS struct h3_learner *h3_learner_tls;
@@ -154,7 +152,6 @@ static struct {
     atomic_uint learned, refused, threads, stopped;
     atomic_ulong refused_calls;
     atomic_ulong calls[H3_COUNTS]; /* by enum h3_learn_skip: not kept, kept, synchronising */
-    atomic_uint rested, woke; /* learners that rested, and that woke after */
 } h3_learn_counts;
 static uint64_t h3_learn_bodies[H3_LEARN_MAX_LEARNED]; /* hashes of the learned texts, under the lock */
 static unsigned h3_learn_nbodies;
@@ -187,35 +184,8 @@ static void h3_learn_close(const char *why)
 
 bool h3_learn_looking(void)
 {
-    return h3_hot.learn_on && !h3_learner_failed && !(h3_learner_tls != NULL && h3_learner_tls->resting) &&
+    return h3_hot.learn_on && !h3_learner_failed &&
            !atomic_load_explicit(&h3_hot.learn_closed, memory_order_relaxed);
-}
-
-/*
- * A learner that passed H3SHIM_LEARN_REST calls in a row by (another
- * model's refused layers, calls it cannot keep) rests: the thread's calls
- * go as with learning off (hooks.c forwards its idle kernels' launches from
- * their wrappers).  It wakes at a call that is not idle (one that may begin
- * a signature's group: the block at another shape) or at a launch of a
- * kernel no learner has kept (a block it has not seen); the calls it slept
- * through are a gap, and the thread's idle kernels are asked again.
- */
-static void h3_learn_rest(struct h3_learner *l)
-{
-    if (++l->since_kept <= (uint64_t)h3_config.learn_rest || l->resting)
-        return;
-    l->resting = true;
-    h3_thread.learn_gemms = false;
-    atomic_fetch_add(&h3_learn_counts.rested, 1);
-}
-
-static void h3_learn_wake(struct h3_learner *l)
-{
-    l->resting = false;
-    l->since_kept = 0;
-    h3_learn_gap = true;
-    h3_thread.idle_epoch = 0; /* hooks.c: no idle kernel is forwarded by its wrapper now */
-    atomic_fetch_add(&h3_learn_counts.woke, 1);
 }
 
 /* This thread's learner, made at its first call; NULL when out of memory
@@ -333,12 +303,8 @@ static inline void h3_learn_note(uint64_t id, bool gemms)
  * before it), or one the learner cannot keep (`id` 0): no group runs across
  * it.  A refused group's next call follows it, and so does one after its
  * GEMM described by its shape alone. */
-static void h3_learn_rest(struct h3_learner *l);
-
 static void h3_learn_pass(const struct h3_call *c, uint64_t id)
 {
-    if (h3_learner_tls != NULL)
-        h3_learn_rest(h3_learner_tls);
     h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
     uint64_t prev = id != 0 ? id : h3_learn_unkept_prev(c);
     h3_learn_note(prev, prev == 0);
@@ -414,13 +380,6 @@ bool h3_learn_wants(const struct h3_call *c)
     if (atomic_load_explicit(&h3_hot.learn_closed, memory_order_relaxed) || h3_learner_failed) {
         h3_thread.learn_gemms = false; /* closed, stopped looking, or out of memory: idle */
         return false;
-    }
-    struct h3_learner *l = h3_learner_tls;
-    if (l != NULL && l->resting) {
-        if (c->kind != H3_KIND_LAUNCH || c->kernel == NULL ||
-            atomic_load_explicit(&c->kernel->kept, memory_order_relaxed))
-            return false; /* idle, as with learning off */
-        h3_learn_wake(l); /* a kernel no learner has kept */
     }
     uint64_t id = h3_learn_identity(c);
     if (id != 0 && !h3_learn_refused_here(c, id)) {
@@ -1686,19 +1645,6 @@ void h3_learn_observe(struct h3_call *c)
         h3_thread.learn_gemms = false;
         return;
     }
-    if (h3_learner_tls != NULL && h3_learner_tls->resting) {
-        /* Awake only for a call that may begin a signature's group, or a
-         * launch of a kernel no learner kept (a call that is not idle for
-         * another reason, a weight copy or another thread's held group,
-         * leaves it resting). */
-        bool unkept = c->kind == H3_KIND_LAUNCH && c->kernel != NULL &&
-                      !atomic_load_explicit(&c->kernel->kept, memory_order_relaxed);
-        if (!unkept && h3_match_idle(c)) {
-            h3_thread.learn_gemms = false;
-            return;
-        }
-        h3_learn_wake(h3_learner_tls);
-    }
     /* A call that continues an attempt is a signature's (kept out: the
      * signature covers it); one that only begins one is kept, since the
      * attempt may break at the next call (a variant of the block that
@@ -1708,7 +1654,7 @@ void h3_learn_observe(struct h3_call *c)
         /* The thread runs a signature's group: the block's other shapes
          * (another tile, another batch) may come yet, so it keeps looking. */
         if (h3_learner_tls != NULL)
-            h3_learner_tls->since_repeat = 0, h3_learner_tls->since_kept = 0;
+            h3_learner_tls->since_repeat = 0;
         h3_learn_break(H3_SKIP_TAKEN);
         h3_learn_note(0, true); /* should the attempt break, its GEMM is kept */
         return;
@@ -1727,10 +1673,6 @@ void h3_learn_observe(struct h3_call *c)
         h3_learn_push(l, NULL, 0);
     }
     h3_learn_push(l, c, id);
-    l->since_kept = 0;
-    if (c->kind == H3_KIND_LAUNCH && c->kernel != NULL &&
-        !atomic_load_explicit(&c->kernel->kept, memory_order_relaxed))
-        atomic_store_explicit(&((struct h3_kernel *)c->kernel)->kept, true, memory_order_relaxed);
     c->learned = h3_learn_just;
     h3_learn_just = NULL;
     h3_learn_count(H3_COUNT_KEPT);
@@ -1751,11 +1693,10 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
     h3_learn_flush_pending(); /* this thread's; a thread still running keeps up to 255 of each */
     unsigned threads = atomic_load(&h3_learn_counts.threads);
     line("learn: %u groups learned, %u refused (%lu calls back on the idle path); %u threads looked "
-         "(%zu bytes each), %u stopped looking, %u rested (%u woke)",
+         "(%zu bytes each), %u stopped looking",
          atomic_load(&h3_learn_counts.learned), atomic_load(&h3_learn_counts.refused),
          atomic_load(&h3_learn_counts.refused_calls), threads,
-         sizeof(struct h3_learner) + (size_t)H3_LEARN_BYTES, atomic_load(&h3_learn_counts.stopped),
-         atomic_load(&h3_learn_counts.rested), atomic_load(&h3_learn_counts.woke));
+         sizeof(struct h3_learner) + (size_t)H3_LEARN_BYTES, atomic_load(&h3_learn_counts.stopped));
     unsigned long skipped = 0;
     for (unsigned i = 0; i < H3_SKIPS; i++)
         skipped += atomic_load(&h3_learn_counts.calls[i]);
