@@ -160,6 +160,10 @@ ALIAS_REPLAYS += $(B)/tests/streams-replay.txt
 $(B)/tests/foreign-replay-x20.txt: $(B)/tests/foreign-replay.txt
 	for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do cat $<; done > $@
 ALIAS_REPLAYS += $(B)/tests/foreign-replay-x20.txt
+# The block, then another model's calls (weight_cache's copies exist while they run).
+$(B)/tests/block-then-foreign-replay.txt: $(B)/tests/h3-block3-replay.txt $(B)/tests/foreign-replay.txt
+	cat $^ > $@
+ALIAS_REPLAYS += $(B)/tests/block-then-foreign-replay.txt
 ALIAS_REPLAYS += $(B)/tests/h3-block3-frees-after.txt $(B)/tests/h3-block3-frees-before.txt $(B)/tests/h3-block3-frees-cpu.txt \
                  $(B)/tests/h3-block3-frees-casts.txt $(B)/tests/h3-block3-frees-moved.txt \
                  $(B)/tests/h3-block3-frees-moved-kept.txt $(B)/tests/h3-block3-frees-swiglu-moved.txt \

@@ -44,6 +44,7 @@
 #define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
 #define T_REPLAY_FOREIGN_X20 "build/tests/foreign-replay-x20.txt"
 #define T_REPLAY_GAPPED "build/tests/gapped-replay.txt"
+#define T_REPLAY_BLOCK_THEN_FOREIGN "build/tests/block-then-foreign-replay.txt"
 #define T_REPLAY_STREAMS "build/tests/streams-replay.txt"
 #define T_REPLAY_SHARED "build/tests/shared-replay.txt"
 #define T_REPLAY_VARIANT "build/tests/variant-replay.txt"
@@ -1650,9 +1651,43 @@ START_TEST(another_models_graph_is_captured_and_launched_untouched)
     ck_assert_msg(strstr(stats, "weight_cache graphs: 2 launches of graphs captured under the shim") != NULL, "%s",
                   tail_of(stats));
     ck_assert_int_gt(idle_calls(stats), 400);
+    /* The capture's launches are looked at (the graph's record is made of
+     * them), though their kernels were found idle before it: the wrappers
+     * forwarded as many as without the graph. */
+    t_run.replay = T_REPLAY_FOREIGN;
+    char *alone_stats;
+    free(replay_with("foreign-alone", defaults, &alone_stats));
+    t_run.replay = NULL;
+    ck_assert_msg(forwarded_all(stats) > 300 && forwarded_all(stats) == forwarded_all(alone_stats),
+                  "%ld forwarded, %ld without the graph\n%s", forwarded_all(stats), forwarded_all(alone_stats),
+                  tail_of(stats));
+    free(alone_stats);
     free(stats);
     free(log);
     free(base);
+}
+END_TEST
+
+/* With learning off, another model's calls, then the block (weight_cache
+ * makes its copies), then the other model's calls again: while copies
+ * exist any launch may write a source, so the second time none goes by
+ * its wrapper, though its kernel was found idle the first time (as many
+ * forwarded as without them). */
+START_TEST(an_idle_thread_s_launches_are_looked_at_while_weight_copies_exist)
+{
+    T_NEEDS_KERNELS();
+    static const char *const env[] = {"H3SHIM_OPS=all", "H3SHIM_LEARN=0", NULL};
+    char *stats, *alone_stats;
+    t_run.replay_before = T_REPLAY_FOREIGN;
+    free(replay_with("copies-block", env, &alone_stats));
+    t_run.replay = T_REPLAY_BLOCK_THEN_FOREIGN;
+    free(replay_with("copies-block-then-foreign", env, &stats));
+    t_run.replay_before = NULL, t_run.replay = NULL;
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run") != NULL && forwarded_all(alone_stats) > 300 &&
+                      forwarded_all(stats) == forwarded_all(alone_stats),
+                  "%ld forwarded, %ld without the other model's calls after the block\n%s", forwarded_all(stats),
+                  forwarded_all(alone_stats), tail_of(stats));
+    free(stats), free(alone_stats);
 }
 END_TEST
 
@@ -3532,6 +3567,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, an_output_a_claimed_launch_reads_is_written);
     tcase_add_test(ops, an_output_is_not_written_ahead_of_a_launch_whose_memory_it_took);
     tcase_add_test(ops, an_idle_thread_s_calls_are_forwarded_by_their_wrappers);
+    tcase_add_test(ops, an_idle_thread_s_launches_are_looked_at_while_weight_copies_exist);
     tcase_add_test(ops, verify_mode_compares_then_fuses);
     tcase_add_test(ops, verify_mode_turns_a_wrong_op_off);
     tcase_add_test(ops, verify_mode_falls_back_where_it_cannot_compare);
