@@ -227,7 +227,7 @@ static inline bool h3_call_unwanted_fast(void)
  * resolution, observation) lives in a function of its own.  The entry's kind
  * is a constant there, not a read of h3_hooks.
  */
-#define H3_WRAP_OBSERVED(kind, lib, ret, name, params, args, describe, idle)     \
+#define H3_WRAP_OBSERVED(kind, lib, ret, name, params, args, describe, idle, pre) \
     __attribute__((noinline)) static ret h3_slow_##name params                   \
     {                                                                            \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
@@ -256,6 +256,7 @@ static inline bool h3_call_unwanted_fast(void)
     }                                                                            \
     H3_EXPORT ret name params                                                    \
     {                                                                            \
+        pre;                                                                     \
         void *p_ = atomic_load_explicit(&h3_real[H3_FN_##name], memory_order_acquire); \
         if (H3_LIKELY(p_ != NULL && h3_call_unwanted_fast()))                    \
             return ((__typeof__(&name))p_) args;                                 \
@@ -263,11 +264,18 @@ static inline bool h3_call_unwanted_fast(void)
     }
 #define H3_FIRST_(a, ...) a
 #define H3_FIRST(...) H3_FIRST_(__VA_ARGS__, 0)
-#define H3_WRAP_LAUNCH(lib, ret, name, params, args, describe) \
-    H3_WRAP_OBSERVED(LAUNCH, lib, ret, name, params, args, describe, h3_launch_idle_fast((const void *)(H3_FIRST args)))
-#define H3_WRAP_LIBCALL(lib, ret, name, params, args, describe) \
-    H3_WRAP_OBSERVED(LIBCALL, lib, ret, name, params, args, describe, h3_libcall_idle_fast(H3_FN_##name))
-#define H3_WRAP_SYNC(...) H3_WRAP_OBSERVED(SYNC, __VA_ARGS__, false)
+#define H3_WRAP_LAUNCH(lib, ret, name, params, args, describe)                                           \
+    H3_WRAP_OBSERVED(LAUNCH, lib, ret, name, params, args, describe,                                       \
+                     h3_launch_idle_fast((const void *)(H3_FIRST args)), (void)0)
+#define H3_WRAP_LIBCALL(lib, ret, name, params, args, describe)                                          \
+    H3_WRAP_OBSERVED(LIBCALL, lib, ret, name, params, args, describe, h3_libcall_idle_fast(H3_FN_##name), (void)0)
+/* A call that may end a context makes every handle stale before it is
+ * forwarded, observed or not (paused too), and again once it returned
+ * (h3_call_end): the context's modules go with it, and a handle may name
+ * another kernel then. */
+#define H3_WRAP_SYNC(lib, ret, name, params, args, describe)                                             \
+    H3_WRAP_OBSERVED(SYNC, lib, ret, name, params, args, describe, false,                                  \
+                     if ((h3_hooks[H3_FN_##name].props & H3_P_ENDS_CONTEXT) != 0) h3_record_modules_changed())
 #define H3_WRAP_PROCADDR(lib, ret, name, params, args, describe)
 
 /*

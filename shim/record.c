@@ -151,8 +151,9 @@ static void h3_kernel_free(struct h3_kernel *k)
     free(k);
 }
 
-/* Bumped by every module or library unload (its handles may be given to
- * another module's kernels). */
+/* Bumped by every module or library unload, and around every call that may
+ * end a context (hooks.c): its handles may be given to another module's
+ * kernels. */
 static atomic_uint h3_kernels_generation;
 
 void h3_record_modules_changed(void)
