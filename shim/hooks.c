@@ -91,7 +91,7 @@ static inline void h3_call_end(struct h3_call *c, long long result)
         h3_captures_after(c);
     if (H3_UNLIKELY(c->context_edge != 0))
         h3_engine_context_after(c);
-    if (H3_UNLIKELY(c->kind == H3_KIND_SYNC) && h3_ends_context(c->fn))
+    if (H3_UNLIKELY((h3_hooks[c->fn].props & H3_P_ENDS_CONTEXT) != 0))
         h3_record_modules_changed(); /* a context's modules may have gone with it: their handles may be reused */
     h3_stats_count(c);
     if (h3_hot.trace_on) {

@@ -268,32 +268,25 @@ static long stat_after(const char *stats, const char *key)
     const char *p = strstr(stats, key);
     return p != NULL ? strtol(p + strlen(key), NULL, 10) : -1;
 }
-/* The count of `fn` on the stats line of calls forwarded by their wrapper, or 0. */
-static long idle_fast(const char *stats, const char *fn)
-{
-    const char *line = strstr(stats, "forwarded by their wrapper, the thread idle");
-    if (line == NULL)
-        return 0;
-    const char *end = strchr(line, '\n');
-    for (const char *at = strstr(line, fn); at != NULL && (end == NULL || at < end); at = strstr(at + 1, fn))
-        if (at[strlen(fn)] == ' ' && (at[-1] == ' ' || at[-1] == ','))
-            return strtol(at + strlen(fn) + 1, NULL, 10);
-    return 0;
-}
-
-/* Every call forwarded by its wrapper, the thread idle (0 if none). */
-static long forwarded_all(const char *stats)
+/* The count of entry point `fn` on the stats line of calls forwarded by
+ * their wrappers, the thread idle, or with `fn` NULL every count on it (0 if none). */
+static long forwarded(const char *stats, const char *fn)
 {
     const char *line = strstr(stats, "forwarded by their wrapper, the thread idle (not observed, not timed): ");
     if (line == NULL)
         return 0;
     long n = 0;
     const char *end = strchr(line, '\n');
-    for (const char *at = strchr(line, ':') + 1; at != NULL && (end == NULL || at < end); at = strchr(at + 1, ',')) {
-        const char *sp = strchr(at + 2, ' ');
+    for (const char *at = strstr(line, "): ") + 3; end == NULL || at < end;) { /* "NAME N, NAME N" */
+        const char *sp = strchr(at, ' ');
         if (sp == NULL || (end != NULL && sp > end))
             break;
-        n += strtol(sp + 1, NULL, 10);
+        if (fn == NULL || ((size_t)(sp - at) == strlen(fn) && strncmp(at, fn, strlen(fn)) == 0))
+            n += strtol(sp + 1, NULL, 10);
+        const char *comma = strchr(sp, ',');
+        if (comma == NULL || (end != NULL && comma > end))
+            break;
+        at = comma + 2;
     }
     return n;
 }
@@ -301,7 +294,7 @@ static long forwarded_all(const char *stats)
 /* Calls that took the idle path, observed or forwarded by their wrappers. */
 static long idle_calls(const char *stats)
 {
-    return stat_after(stats, "passthrough  idle") + forwarded_all(stats);
+    return stat_after(stats, "passthrough  idle") + forwarded(stats, NULL);
 }
 
 
@@ -1546,7 +1539,7 @@ START_TEST(another_models_calls_are_forwarded_idle)
     char *base, *stats;
     char *log = replay_against_base(T_REPLAY_FOREIGN, "foreign", learn_off, &base, &stats);
     ck_assert_msg(strcmp(base, log) == 0, "the fakes executed another stream of calls");
-    long calls = stat_after(stats, "shim host time: ") + forwarded_all(stats), idle = idle_calls(stats);
+    long calls = stat_after(stats, "shim host time: ") + forwarded(stats, NULL), idle = idle_calls(stats);
     ck_assert_msg(calls > 500 && idle > calls * 9 / 10, "%ld idle of %ld calls:\n%s", idle, calls, tail_of(stats));
     /* Only each kernel's first launch takes the whole way (32 kernels). */
     ck_assert_msg(stat_after(stats, "passthrough  no_match") <= 32, "%s", tail_of(stats));
@@ -1561,7 +1554,7 @@ START_TEST(another_models_calls_are_forwarded_idle)
      * instances after the refusal are idle, but for the first two calls of
      * each later stack, which follow calls outside the group (what is
      * refused is a call after the two before it). */
-    calls = stat_after(stats, "shim host time: ") + forwarded_all(stats), idle = idle_calls(stats);
+    calls = stat_after(stats, "shim host time: ") + forwarded(stats, NULL), idle = idle_calls(stats);
     ck_assert_msg(calls == 516 && idle >= 6 * 42 - 4, "%ld idle of %ld calls:\n%s", idle, calls, tail_of(stats));
     /* Inside the refused group its GEMMs' descriptors are not remembered as
      * they are built (the shape is enough): 75 handles for the 15 GEMMs the
@@ -1658,8 +1651,8 @@ START_TEST(another_models_graph_is_captured_and_launched_untouched)
     char *alone_stats;
     free(replay_with("foreign-alone", defaults, &alone_stats));
     t_run.replay = NULL;
-    ck_assert_msg(forwarded_all(stats) > 300 && forwarded_all(stats) == forwarded_all(alone_stats),
-                  "%ld forwarded, %ld without the graph\n%s", forwarded_all(stats), forwarded_all(alone_stats),
+    ck_assert_msg(forwarded(stats, NULL) > 300 && forwarded(stats, NULL) == forwarded(alone_stats, NULL),
+                  "%ld forwarded, %ld without the graph\n%s", forwarded(stats, NULL), forwarded(alone_stats, NULL),
                   tail_of(stats));
     free(alone_stats);
     free(stats);
@@ -1683,10 +1676,10 @@ START_TEST(an_idle_thread_s_launches_are_looked_at_while_weight_copies_exist)
     t_run.replay = T_REPLAY_BLOCK_THEN_FOREIGN;
     free(replay_with("copies-block-then-foreign", env, &stats));
     t_run.replay_before = NULL, t_run.replay = NULL;
-    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run") != NULL && forwarded_all(alone_stats) > 300 &&
-                      forwarded_all(stats) == forwarded_all(alone_stats),
-                  "%ld forwarded, %ld without the other model's calls after the block\n%s", forwarded_all(stats),
-                  forwarded_all(alone_stats), tail_of(stats));
+    ck_assert_msg(strstr(stats, "op weight_cache 36 groups run") != NULL && forwarded(alone_stats, NULL) > 300 &&
+                      forwarded(stats, NULL) == forwarded(alone_stats, NULL),
+                  "%ld forwarded, %ld without the other model's calls after the block\n%s", forwarded(stats, NULL),
+                  forwarded(alone_stats, NULL), tail_of(stats));
     free(stats), free(alone_stats);
 }
 END_TEST
@@ -2724,10 +2717,10 @@ START_TEST(an_idle_thread_s_calls_are_forwarded_by_their_wrappers)
     t_run.trace = t_path("idle-fast.jsonl");
     char *traced = replay_with("idle-traced", env, &traced_stats);
     t_run.trace = NULL;
-    long launches = idle_fast(stats, "__cudaLaunchKernel"), gemms = idle_fast(stats, "cublasGemmEx");
+    long launches = forwarded(stats, "__cudaLaunchKernel"), gemms = forwarded(stats, "cublasGemmEx");
     ck_assert_msg(launches >= 20 * 25 && gemms >= 20 * 4, "%ld launches, %ld GEMMs\n%s", launches, gemms,
                   tail_of(stats));
-    ck_assert_msg(idle_fast(traced_stats, "__cudaLaunchKernel") == 0, "%s", tail_of(traced_stats));
+    ck_assert_msg(forwarded(traced_stats, "__cudaLaunchKernel") == 0, "%s", tail_of(traced_stats));
     /* The same executions (weight_cache's copies, host memory on the fakes, may lie elsewhere). */
     char *checks = op_checks(log), *traced_checks = op_checks(traced);
     ck_assert_str_eq(checks, traced_checks);
