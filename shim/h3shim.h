@@ -379,6 +379,7 @@ struct h3_call {
     enum h3_fn fn;
     uint8_t kind;     /* h3_hooks[fn].kind (an enum h3_kind), known to the wrapper */
     bool detail;      /* fill library descriptions (tracing) */
+    bool probe;       /* a cuBLAS GEMM described for its identity alone: no query (hooks.c) */
     uint8_t capture_edge; /* a capture's begin or end: what h3_captures_after must settle */
     uint8_t context_edge; /* a primary context released: h3_engine_context_after asks whether it ended */
     bool per_thread;  /* a _ptsz entry point */
@@ -610,6 +611,24 @@ bool h3_learn_wants(const struct h3_call *c);
 /* Whether this thread still looks for groups (it then remembers cuBLASLt
  * descriptors as they are built). */
 bool h3_learn_looking(void);
+/* A launch's grid, block and dynamic shared memory, as its wrapper has them. */
+#define H3_LAUNCH_DIMS 7
+/* Call `c`, a launch, was found idle (h3_call_decide): when the learner
+ * passed it by as a refused group's, its wrapper may forward the same launch
+ * after the same two calls while `epoch` (h3_hot.idle_epoch + 1, read as it
+ * began) holds (h3_learn_launch_refused). */
+void h3_learn_fast_note(const struct h3_call *c, unsigned epoch);
+/* Whether the launch of `handle` with `dims` is one h3_learn_fast_note noted
+ * at this thread's last two calls, `epoch` the current one: if so, it is
+ * passed by as the learner would (counted, the last two calls moved on),
+ * and its wrapper may forward it unobserved where the thread's calls may go
+ * so (hooks.c). */
+bool h3_learn_launch_refused(const void *handle, const unsigned dims[H3_LAUNCH_DIMS], unsigned epoch);
+/* Whether cuBLAS GEMM `c`, described (a probe will do), is a refused
+ * group's after this thread's last two calls, its learner looking: if so,
+ * it is passed by as the learner would, and its wrapper may forward it
+ * unobserved where the thread's calls may go so (hooks.c). */
+bool h3_learn_gemm_refused(const struct h3_call *c);
 /* Whether the learner needs the full description of a GEMM of this shape:
  * this thread looks, and no refused group (another model's) had a GEMM of it. */
 bool h3_learn_wants_gemm(int32_t transa, int64_t m, int64_t n, int64_t k);

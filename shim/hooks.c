@@ -136,16 +136,21 @@ static void h3_idle_note(const struct h3_call *c, unsigned epoch)
  * source), no capture recording, no trace (it records every call).  Plain
  * loads only; the stats count such calls apart (h3_stats_idle_fast).
  */
-static inline bool h3_thread_idle_fast(void)
+static inline bool h3_thread_unwatched(void)
 {
-    return h3_thread.idle_epoch != 0 &&
-           h3_thread.idle_epoch == atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1 &&
-           h3_thread.depth == 0 && !h3_thread.attempting &&
+    return h3_thread.depth == 0 && !h3_thread.attempting &&
            atomic_load_explicit(&h3_hot.state, memory_order_acquire) == 1 && !h3_hot.trace_on &&
            atomic_load_explicit(&h3_hot.holding, memory_order_relaxed) == 0 &&
            atomic_load_explicit(&h3_hot.wc_live, memory_order_relaxed) == 0 &&
            atomic_load_explicit(&h3_hot.wc_held, memory_order_relaxed) == 0 &&
            atomic_load_explicit(&h3_hot.captures_recording, memory_order_relaxed) == 0;
+}
+
+static inline bool h3_thread_idle_fast(void)
+{
+    return h3_thread.idle_epoch != 0 &&
+           h3_thread.idle_epoch == atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1 &&
+           h3_thread_unwatched();
 }
 
 /* Whether launch `key` (its kernel handle; for the launches of extended
@@ -155,6 +160,46 @@ static inline bool h3_launch_idle_fast(const void *key)
 {
     return key != NULL && h3_idle_keys[h3_idle_slot(key)] == key && h3_thread_idle_fast();
 }
+
+/* Whether a launch of `handle` with `dims`, on a thread whose learner looks,
+ * is one of a refused group's that it noted after the same two calls
+ * (h3_learn_fast_note), and the thread's calls may go unobserved. */
+static inline bool h3_launch_refused_fast(const void *handle, const unsigned dims[H3_LAUNCH_DIMS])
+{
+    return h3_thread_unwatched() &&
+           h3_learn_launch_refused(handle, dims, atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1);
+}
+
+/* h3_launch_refused_fast from a launch wrapper's arguments: the runtime's
+ * (the grid and block as dim3), the driver's (as six integers); an extended
+ * configuration's launch is never forwarded so. */
+static inline bool h3_launch_refused_rt(const void *handle, dim3 grid, dim3 block, void **args, size_t shmem,
+                                        cudaStream_t stream)
+{
+    (void)args, (void)stream;
+    const unsigned dims[H3_LAUNCH_DIMS] = {grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem};
+    return h3_launch_refused_fast(handle, dims);
+}
+static inline bool h3_launch_refused_drv(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                         unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,
+                                         void **extra)
+{
+    (void)stream, (void)params, (void)extra;
+    const unsigned dims[H3_LAUNCH_DIMS] = {gx, gy, gz, bx, by, bz, shmem};
+    return h3_launch_refused_fast(f, dims);
+}
+static inline bool h3_launch_refused_ex(const void *config, ...)
+{
+    (void)config;
+    return false;
+}
+#define H3_SECOND_(a, b, ...) b
+#define H3_SECOND(...) H3_SECOND_(__VA_ARGS__, 0)
+/* Picked by the type of the wrapper's second parameter (the grid's, or an
+ * extended configuration's kernel). */
+#define H3_LAUNCH_REFUSED(args)                                                                     \
+    _Generic((H3_SECOND args), dim3: h3_launch_refused_rt, unsigned int: h3_launch_refused_drv,     \
+             default: h3_launch_refused_ex) args
 
 /* Whether library call `fn` may go unobserved: no signature has one but a
  * cuBLASLt GEMM or a cuDNN execution (h3_match_idle), so with the thread's
@@ -184,6 +229,8 @@ static bool h3_call_decide(struct h3_call *c)
         c->reason = "idle";
         if (c->kind == H3_KIND_LAUNCH && !h3_learn_looking())
             h3_idle_note(c, h3_call_epoch);
+        else if (c->kind == H3_KIND_LAUNCH)
+            h3_learn_fast_note(c, h3_call_epoch);
         return false;
     }
     if (c->kind == H3_KIND_SYNC) {
@@ -222,6 +269,17 @@ static inline bool h3_call_unwanted_fast(void)
 }
 
 /*
+ * Whether cuBLAS GEMM call `c` (its wrapper's `describe` runs on it as a
+ * probe, the call record otherwise untouched) is a refused group's, on a
+ * thread whose learner looks and whose calls may go unobserved: the GEMM
+ * h3_call_decide would find idle (no signature has one).
+ */
+#define H3_GEMM_REFUSED_FAST(lib, name, describe)                                \
+    (H3_LIB_##lib == H3_LIB_CUBLAS && h3_hot.match_on && h3_thread_unwatched() &&      \
+     (c->fn = H3_FN_##name, c->kind = H3_KIND_LIBCALL, c->detail = c->probe = true,  \
+      (describe), c->probe = false, h3_learn_gemm_refused(c)))
+
+/*
  * The exported wrapper forwards with a tail jump when nothing observes, so
  * the caller's arguments are never copied; the slow path (first call,
  * resolution, observation) lives in a function of its own.  The entry's kind
@@ -231,6 +289,8 @@ static inline bool h3_call_unwanted_fast(void)
     __attribute__((noinline)) static ret h3_slow_##name params                   \
     {                                                                            \
         H3_REAL_OR_FAIL(lib, ret, name);                                         \
+        struct h3_call call_;                                                    \
+        struct h3_call *c = &call_;                                              \
         if (idle) { /* nested calls stay unobserved */                           \
             if (H3_UNLIKELY(h3_hot.stats))                                       \
                 h3_stats_idle_fast(H3_FN_##name);                                \
@@ -241,8 +301,6 @@ static inline bool h3_call_unwanted_fast(void)
         }                                                                        \
         if (!h3_call_wanted())                                                   \
             return real_ args;                                                   \
-        struct h3_call call_;                                                    \
-        struct h3_call *c = &call_;                                              \
         h3_call_begin(c, H3_FN_##name, H3_KIND_##kind);                          \
         describe;                                                                \
         h3_call_described(c);                                                    \
@@ -266,9 +324,10 @@ static inline bool h3_call_unwanted_fast(void)
 #define H3_FIRST(...) H3_FIRST_(__VA_ARGS__, 0)
 #define H3_WRAP_LAUNCH(lib, ret, name, params, args, describe)                                           \
     H3_WRAP_OBSERVED(LAUNCH, lib, ret, name, params, args, describe,                                       \
-                     h3_launch_idle_fast((const void *)(H3_FIRST args)), (void)0)
+                     h3_launch_idle_fast((const void *)(H3_FIRST args)) || H3_LAUNCH_REFUSED(args), (void)0)
 #define H3_WRAP_LIBCALL(lib, ret, name, params, args, describe)                                          \
-    H3_WRAP_OBSERVED(LIBCALL, lib, ret, name, params, args, describe, h3_libcall_idle_fast(H3_FN_##name), (void)0)
+    H3_WRAP_OBSERVED(LIBCALL, lib, ret, name, params, args, describe,                                      \
+                     h3_libcall_idle_fast(H3_FN_##name) || H3_GEMM_REFUSED_FAST(lib, name, describe), (void)0)
 /* A call that may end a context makes every handle stale before it is
  * forwarded, observed or not (paused too), and again once it returned
  * (h3_call_end): the context's modules go with it, and a handle may name

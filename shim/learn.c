@@ -54,6 +54,10 @@
 #define H3_LEARN_REFUSED_IDS 4096
 /* The last position of each identity (a power of two). */
 #define H3_LEARN_LAST 1024
+/* A refused group's launches its wrappers forward: sets of H3_LEARN_FAST_WAYS
+ * (powers of two). */
+#define H3_LEARN_FAST 512
+#define H3_LEARN_FAST_WAYS 4
 
 /* The rules of record_signature.py, with its numbers. */
 #define H3_LEARN_DEVICE_RADIUS (256ull << 20)
@@ -99,6 +103,16 @@ struct h3_learn_candidate {
     bool done;       /* learned (or refused) already: followed until it breaks */
 };
 
+/* A launch found a refused group's, where the learner's last two calls
+ * were `before`: its wrapper forwards the same launch there again
+ * (h3_learn_launch_refused), as the learner would pass it by. */
+struct h3_learn_fast {
+    const void *handle;
+    uint64_t before[2];
+    unsigned dims[H3_LAUNCH_DIMS];
+    uint64_t id;
+} __attribute__((aligned(64))); /* one line a look */
+
 struct h3_learner {
     struct h3_learn_call ring[H3_LEARN_RING];
     uint64_t n;           /* calls kept so far (absolute position of the next) */
@@ -110,6 +124,9 @@ struct h3_learner {
     struct h3_learn_candidate cand[H3_LEARN_CANDIDATES];
     uint64_t since_repeat; /* kept calls since a group not refused before was last tried */
     bool synced;           /* a call that submits work or synchronises came since the last one */
+    unsigned fast_epoch;   /* h3_hot.idle_epoch + 1 when `fast` was noted; 0: none */
+    uint64_t fast_victim;  /* picks the way a note replaces in a full set */
+    struct h3_learn_fast fast[H3_LEARN_FAST];
 };
 
 static H3_TLS struct h3_learner *h3_learner_tls;
@@ -127,6 +144,12 @@ static H3_TLS struct h3_learn_asked {
     const struct h3_call *c;
     uint64_t id;
 } h3_learn_asked;
+/* The launch h3_learn_wants last passed by as a refused group's, with the
+ * learner's last two calls before it, for h3_learn_fast_note. */
+static H3_TLS struct {
+    const struct h3_call *c;
+    uint64_t before[2], id;
+} h3_learn_passed;
 static pthread_key_t h3_learn_key;
 static pthread_once_t h3_learn_key_once = PTHREAD_ONCE_INIT;
 
@@ -196,7 +219,9 @@ static struct h3_learner *h3_learner_get(void)
     if (l != NULL || h3_learner_failed)
         return l;
     pthread_once(&h3_learn_key_once, h3_learn_key_make);
-    l = calloc(1, sizeof(*l));
+    l = aligned_alloc(_Alignof(struct h3_learner), sizeof(*l));
+    if (l != NULL)
+        memset(l, 0, sizeof(*l));
     if (l != NULL && (l->bytes = malloc(H3_LEARN_BYTES)) == NULL) {
         free(l);
         l = NULL;
@@ -375,6 +400,7 @@ static void h3_learn_refuse_launch(struct h3_kernel *k, uint64_t t)
 
 bool h3_learn_wants(const struct h3_call *c)
 {
+    h3_learn_passed.c = NULL; /* the call at this address before was another */
     if (!h3_hot.learn_on || c->kind == H3_KIND_SYNC)
         return false;
     if (atomic_load_explicit(&h3_hot.learn_closed, memory_order_relaxed) || h3_learner_failed) {
@@ -386,8 +412,77 @@ bool h3_learn_wants(const struct h3_call *c)
         h3_learn_asked = (struct h3_learn_asked){c, id}; /* h3_learn_observe takes it */
         return true;
     }
+    if (id != 0 && c->kind == H3_KIND_LAUNCH)
+        h3_learn_passed = (__typeof__(h3_learn_passed)){c, {h3_learn_prev[0], h3_learn_prev[1]}, id};
     h3_learn_pass(c, id);
     return false;
+}
+
+/* The first of the entries where a launch of `handle` after `before` may be
+ * noted.  Sets of ways, and a full set's way replaced at random: a layer's
+ * launches that fall in one set, more than it holds, must not evict each
+ * other at every layer (least recently noted would, as they come in turn). */
+static inline unsigned h3_learn_fast_set(const void *handle, const uint64_t before[2])
+{
+    uint64_t h = h3_learn_mix(h3_learn_mix((uint64_t)(uintptr_t)handle, before[0]), before[1]);
+    return (unsigned)(h >> 48) & (H3_LEARN_FAST - H3_LEARN_FAST_WAYS);
+}
+
+static inline bool h3_learn_fast_is(const struct h3_learn_fast *f, const void *handle, const uint64_t before[2])
+{
+    return f->handle == handle && f->before[0] == before[0] && f->before[1] == before[1];
+}
+
+void h3_learn_fast_note(const struct h3_call *c, unsigned epoch)
+{
+    struct h3_learner *l = h3_learner_tls;
+    bool passed = h3_learn_passed.c == c;
+    h3_learn_passed.c = NULL;
+    if (!passed || l == NULL || epoch == 0)
+        return; /* not passed by as a refused group's; no learner (stopped); the epoch wrapped */
+    if (l->fast_epoch != epoch) {
+        memset(l->fast, 0, sizeof(l->fast));
+        l->fast_epoch = epoch;
+    }
+    struct h3_learn_fast *set = &l->fast[h3_learn_fast_set(c->handle, h3_learn_passed.before)], *f = NULL;
+    for (unsigned w = 0; w < H3_LEARN_FAST_WAYS && f == NULL; w++)
+        if (set[w].handle == NULL || h3_learn_fast_is(&set[w], c->handle, h3_learn_passed.before))
+            f = &set[w];
+    if (f == NULL) {
+        l->fast_victim = l->fast_victim * 6364136223846793005ull + 1442695040888963407ull;
+        f = &set[(l->fast_victim >> 62) & (H3_LEARN_FAST_WAYS - 1)];
+    }
+    *f = (struct h3_learn_fast){c->handle, {h3_learn_passed.before[0], h3_learn_passed.before[1]},
+                                {c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2], c->shmem},
+                                h3_learn_passed.id};
+}
+
+bool h3_learn_gemm_refused(const struct h3_call *c)
+{
+    if (!h3_learn_looking())
+        return false;
+    uint64_t id = h3_learn_identity(c);
+    if (id == 0 || !h3_learn_refused(h3_learn_triple(h3_learn_prev[0], h3_learn_prev[1], id)))
+        return false;
+    h3_learn_pass(c, id);
+    return true;
+}
+
+bool h3_learn_launch_refused(const void *handle, const unsigned dims[H3_LAUNCH_DIMS], unsigned epoch)
+{
+    struct h3_learner *l = h3_learner_tls;
+    if (l == NULL || l->fast_epoch != epoch || !h3_learn_looking())
+        return false;
+    const struct h3_learn_fast *f = &l->fast[h3_learn_fast_set(handle, h3_learn_prev)];
+    unsigned w = 0;
+    while (w < H3_LEARN_FAST_WAYS && !h3_learn_fast_is(&f[w], handle, h3_learn_prev))
+        w++;
+    if (w == H3_LEARN_FAST_WAYS || memcmp(f[w].dims, dims, sizeof(f[w].dims)) != 0)
+        return false;
+    f += w;
+    h3_learn_break(H3_SKIP_REFUSED); /* h3_learn_pass, for this launch */
+    h3_learn_note(f->id, false);
+    return true;
 }
 
 /* Why a call whose identity is 0 cannot be kept. */
