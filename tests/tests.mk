@@ -135,6 +135,10 @@ ALIAS_REPLAYS += $(foreach m,middle padding loose reader cast-reader early,$(B)/
 $(B)/tests/unique-replay.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py unique $< $@
 ALIAS_REPLAYS += $(B)/tests/unique-replay.txt
+# Then the block (a thread that stopped looking while the stream never repeated runs it idle).
+$(B)/tests/unique-then-block-replay.txt: $(B)/tests/unique-replay.txt $(B)/tests/h3-block3-frees-casts.txt
+	cat $^ > $@
+ALIAS_REPLAYS += $(B)/tests/unique-then-block-replay.txt
 # Another model's layers with a cuBLAS GEMM every 7 calls (a Llama's): they repeat, never as a group.
 $(B)/tests/gapped-replay.txt: $(B)/tests/foreign-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py gapped $< $@

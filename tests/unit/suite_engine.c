@@ -51,6 +51,7 @@
 #define T_REPLAY_LENGTHS "build/tests/lengths-replay.txt"
 #define T_REPLAY_LT_LENGTHS "build/tests/lt-lengths-replay.txt"
 #define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
+#define T_REPLAY_UNIQUE_THEN_BLOCK "build/tests/unique-then-block-replay.txt"
 #define T_INSTANCES 9
 #define T_BLOCK 42
 
@@ -71,6 +72,7 @@ static struct {
     bool capture_elsewhere; /* a capture (global mode) open on stream 0x3000 of this thread while the
                                replay runs on another thread, ended after it */
     bool second_device; /* with threads 2: the second thread's replay runs on device 1 (its context current) */
+    const char *replay_after; /* with threads 1: a replay file this thread replays once the other thread exited */
 } t_run;
 
 /* One line per executed call: launches as their "exec" entry, library calls
@@ -152,6 +154,11 @@ static void replay_child(void)
         pthread_join(th, &r);
         if (r != NULL)
             exit(4);
+        if (t_run.replay_after != NULL) {
+            t_run.replay = t_run.replay_after;
+            if (replay_thread(&t_run.opts) != NULL)
+                exit(14);
+        }
     } else {
         pthread_t th[2];
         struct fw_replay_opts o[2] = {t_run.opts, t_run.opts};
@@ -2513,6 +2520,41 @@ START_TEST(two_threads_learn_the_block_once)
 }
 END_TEST
 
+/* A thread that stopped looking (H3SHIM_LEARN_PATIENCE, spent on a stream
+ * that never repeats) runs the block with no signature: its kernels are
+ * idle there, and noted so (its wrappers forward them).  Another thread
+ * then learns the block; when the first runs it again, its table of idle
+ * kernels is stale (the signatures' first calls changed), so its blocks are
+ * matched and fused too, as the other thread's are (without the epoch's
+ * bump in h3_match_setup they are forwarded unmatched). */
+START_TEST(a_block_learned_on_another_thread_reaches_an_idle_thread)
+{
+    T_NEEDS_KERNELS();
+    char *none = t_path("no-signatures");
+    ck_assert(mkdir(none, 0777) == 0 || errno == EEXIST);
+    t_run.sigs = none;
+    t_run.replay_before = T_REPLAY_UNIQUE_THEN_BLOCK;
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    t_run.threads = 1;
+    t_run.replay_after = T_REPLAY_FREES_CASTS;
+    /* weight_cache off: its copies would turn every thread's wrappers off (h3_thread_idle_fast). */
+    static const char *const env[] = {"H3SHIM_OPS=norm_cast,residual_norm,qk_norm_rope,swiglu",
+                                      "H3SHIM_LEARN_PATIENCE=1000", NULL};
+    char *stats;
+    char *log = replay_with("learned-elsewhere", env, &stats);
+    t_run.sigs = NULL, t_run.replay_before = NULL, t_run.replay = NULL, t_run.threads = 0, t_run.replay_after = NULL;
+    ck_assert_msg(strstr(stats, "learn: 1 groups learned, 0 refused") != NULL &&
+                      strstr(stats, "2 threads looked") != NULL && strstr(stats, "1 stopped looking") != NULL,
+                  "%s", tail_of(stats));
+    /* The first thread's idle block ran by its wrappers, before the other learned it. */
+    ck_assert_msg(forwarded(stats, "__cudaLaunchKernel") >= 8 * 30, "%s", tail_of(stats));
+    /* The other thread's blocks after its three, and all of the first's second stream. */
+    ck_assert_msg(stat_after(stats, "block-learned-1-42calls-n1797: ") == (T_INSTANCES - 3) + T_INSTANCES, "%s",
+                  tail_of(stats));
+    free(stats), free(log), free(none);
+}
+END_TEST
+
 /* Another kernel in the middle of every block (replay_mutate.py middle): the
  * group is learned but no op takes it (qk_norm_rope plans nothing there), so
  * nothing is fused and everything executes as without the shim. */
@@ -3604,6 +3646,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, verify_mode_waits_for_late_results);
     tcase_add_test(ops, verify_mode_survives_a_device_reset);
     tcase_add_test(ops, two_threads_on_two_devices);
+    tcase_add_test(ops, a_block_learned_on_another_thread_reaches_an_idle_thread);
     tcase_add_test(ops, learning_is_bounded_and_switched_off);
     tcase_add_test(ops, another_models_layers_with_cublas_gemms_are_refused);
     tcase_add_test(ops, a_group_on_two_streams_is_refused);
