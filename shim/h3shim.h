@@ -206,6 +206,7 @@ struct h3_thread {
     bool learn_gemms;           /* learn.c: the learner would keep this thread's next GEMM (not inside a refused group) */
     bool attempting;            /* match.c: an attempt at a signature is in progress (any stream) */
     unsigned idle_epoch;        /* hooks.c: h3_hot.idle_epoch + 1 when h3_idle_keys were noted; 0: none */
+    unsigned refused_epoch;     /* learn.c: the same, for the learner's refused launches (h3_learn_fast_note) */
 } __attribute__((aligned(64)));
 extern H3_TLS struct h3_thread h3_thread;
 /* hooks.c: kernel handles whose launches this thread found idle while its

@@ -139,7 +139,8 @@ static void h3_idle_note(const struct h3_call *c, unsigned epoch)
 static inline bool h3_thread_unwatched(void)
 {
     return h3_thread.depth == 0 && !h3_thread.attempting &&
-           atomic_load_explicit(&h3_hot.state, memory_order_acquire) == 1 && !h3_hot.trace_on &&
+           atomic_load_explicit(&h3_hot.state, memory_order_acquire) == 1 && !h3_hot.trace_on && h3_hot.observe &&
+           !atomic_load_explicit(&h3_hot.paused, memory_order_relaxed) &&
            atomic_load_explicit(&h3_hot.holding, memory_order_relaxed) == 0 &&
            atomic_load_explicit(&h3_hot.wc_live, memory_order_relaxed) == 0 &&
            atomic_load_explicit(&h3_hot.wc_held, memory_order_relaxed) == 0 &&
@@ -176,17 +177,17 @@ static inline bool h3_launch_refused_fast(const void *handle, const unsigned dim
 static inline bool h3_launch_refused_rt(const void *handle, dim3 grid, dim3 block, void **args, size_t shmem,
                                         cudaStream_t stream)
 {
-    (void)args, (void)stream;
+    (void)stream;
     const unsigned dims[H3_LAUNCH_DIMS] = {grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem};
-    return h3_launch_refused_fast(handle, dims);
+    return args != NULL && h3_launch_refused_fast(handle, dims); /* no arguments: the learner's break */
 }
 static inline bool h3_launch_refused_drv(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                          unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params,
                                          void **extra)
 {
-    (void)stream, (void)params, (void)extra;
+    (void)stream, (void)extra;
     const unsigned dims[H3_LAUNCH_DIMS] = {gx, gy, gz, bx, by, bz, shmem};
-    return h3_launch_refused_fast(f, dims);
+    return params != NULL && h3_launch_refused_fast(f, dims); /* the packed form: a break for the learner */
 }
 static inline bool h3_launch_refused_ex(const void *config, ...)
 {
@@ -275,7 +276,7 @@ static inline bool h3_call_unwanted_fast(void)
  * h3_call_decide would find idle (no signature has one).
  */
 #define H3_GEMM_REFUSED_FAST(lib, name, describe)                                \
-    (H3_LIB_##lib == H3_LIB_CUBLAS && h3_hot.match_on && h3_thread_unwatched() &&      \
+    (H3_LIB_##lib == H3_LIB_CUBLAS && h3_hot.match_on && h3_thread_unwatched() && h3_learn_looking() && \
      (c->fn = H3_FN_##name, c->kind = H3_KIND_LIBCALL, c->detail = c->probe = true,  \
       (describe), c->probe = false, h3_learn_gemm_refused(c)))
 

@@ -124,7 +124,7 @@ struct h3_learner {
     struct h3_learn_candidate cand[H3_LEARN_CANDIDATES];
     uint64_t since_repeat; /* kept calls since a group not refused before was last tried */
     bool synced;           /* a call that submits work or synchronises came since the last one */
-    unsigned fast_epoch;   /* h3_hot.idle_epoch + 1 when `fast` was noted; 0: none */
+    void *block;           /* what calloc gave: the learner lies in it, aligned */
     uint64_t fast_victim;  /* picks the way a note replaces in a full set */
     struct h3_learn_fast fast[H3_LEARN_FAST];
 };
@@ -187,9 +187,10 @@ static void h3_learner_free(void *arg)
     h3_learner_tls = NULL;
     h3_learner_failed = true; /* a call after the key's destructor makes no new one */
     h3_learn_flush_pending();
-    if (l != NULL)
+    if (l != NULL) {
         free(l->bytes);
-    free(l);
+        free(l->block);
+    }
 }
 
 static void h3_learn_key_make(void)
@@ -219,11 +220,15 @@ static struct h3_learner *h3_learner_get(void)
     if (l != NULL || h3_learner_failed)
         return l;
     pthread_once(&h3_learn_key_once, h3_learn_key_make);
-    l = aligned_alloc(_Alignof(struct h3_learner), sizeof(*l));
-    if (l != NULL)
-        memset(l, 0, sizeof(*l));
+    /* calloc, not aligned_alloc and a memset: its pages stay untouched until used. */
+    void *block = calloc(1, sizeof(*l) + _Alignof(struct h3_learner));
+    if (block != NULL) {
+        uintptr_t a = _Alignof(struct h3_learner);
+        l = (struct h3_learner *)(((uintptr_t)block + a - 1) & ~(a - 1));
+        l->block = block;
+    }
     if (l != NULL && (l->bytes = malloc(H3_LEARN_BYTES)) == NULL) {
-        free(l);
+        free(block);
         l = NULL;
     }
     if (l == NULL) {
@@ -440,9 +445,9 @@ void h3_learn_fast_note(const struct h3_call *c, unsigned epoch)
     h3_learn_passed.c = NULL;
     if (!passed || l == NULL || epoch == 0)
         return; /* not passed by as a refused group's; no learner (stopped); the epoch wrapped */
-    if (l->fast_epoch != epoch) {
+    if (h3_thread.refused_epoch != epoch) {
         memset(l->fast, 0, sizeof(l->fast));
-        l->fast_epoch = epoch;
+        h3_thread.refused_epoch = epoch;
     }
     struct h3_learn_fast *set = &l->fast[h3_learn_fast_set(c->handle, h3_learn_passed.before)], *f = NULL;
     for (unsigned w = 0; w < H3_LEARN_FAST_WAYS && f == NULL; w++)
@@ -471,7 +476,7 @@ bool h3_learn_gemm_refused(const struct h3_call *c)
 bool h3_learn_launch_refused(const void *handle, const unsigned dims[H3_LAUNCH_DIMS], unsigned epoch)
 {
     struct h3_learner *l = h3_learner_tls;
-    if (l == NULL || l->fast_epoch != epoch || !h3_learn_looking())
+    if (h3_thread.refused_epoch != epoch || l == NULL || handle == NULL || !h3_learn_looking())
         return false;
     const struct h3_learn_fast *f = &l->fast[h3_learn_fast_set(handle, h3_learn_prev)];
     unsigned w = 0;
@@ -1791,7 +1796,8 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
          "(%zu bytes each), %u stopped looking",
          atomic_load(&h3_learn_counts.learned), atomic_load(&h3_learn_counts.refused),
          atomic_load(&h3_learn_counts.refused_calls), threads,
-         sizeof(struct h3_learner) + (size_t)H3_LEARN_BYTES, atomic_load(&h3_learn_counts.stopped));
+         sizeof(struct h3_learner) + _Alignof(struct h3_learner) + (size_t)H3_LEARN_BYTES,
+         atomic_load(&h3_learn_counts.stopped));
     unsigned long skipped = 0;
     for (unsigned i = 0; i < H3_SKIPS; i++)
         skipped += atomic_load(&h3_learn_counts.calls[i]);
