@@ -167,7 +167,7 @@ static inline bool h3_launch_idle_fast(const void *key)
  * (h3_learn_fast_note), and the thread's calls may go unobserved. */
 static inline bool h3_launch_refused_fast(const void *handle, const unsigned dims[H3_LAUNCH_DIMS])
 {
-    return h3_thread_unwatched() &&
+    return h3_thread.refused_epoch != 0 && h3_thread_unwatched() && /* 0: nothing noted (learning off) */
            h3_learn_launch_refused(handle, dims, atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1);
 }
 
@@ -276,7 +276,8 @@ static inline bool h3_call_unwanted_fast(void)
  * h3_call_decide would find idle (no signature has one).
  */
 #define H3_GEMM_REFUSED_FAST(lib, name, describe)                                \
-    (H3_LIB_##lib == H3_LIB_CUBLAS && h3_hot.match_on && h3_thread_unwatched() && h3_learn_looking() && \
+    (H3_LIB_##lib == H3_LIB_CUBLAS && h3_hot.learn_on && h3_hot.match_on && h3_thread_unwatched() &&   \
+     h3_learn_looking() &&                                                       \
      (c->fn = H3_FN_##name, c->kind = H3_KIND_LIBCALL, c->detail = c->probe = true,  \
       (describe), c->probe = false, h3_learn_gemm_refused(c)))
 

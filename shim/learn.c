@@ -330,8 +330,8 @@ static inline void h3_learn_note(uint64_t id, bool gemms)
 }
 
 /* A call passed by, unkept: a refused group's (`id` refused after the calls
- * before it), or one the learner cannot keep (`id` 0): no group runs across
- * it.  A refused group's next call follows it, and so does one after its
+ * before it; `c` is not read then), or one the learner cannot keep (`id` 0):
+ * no group runs across it.  A refused group's next call follows it, and so does one after its
  * GEMM described by its shape alone. */
 static void h3_learn_pass(const struct h3_call *c, uint64_t id)
 {
@@ -484,9 +484,7 @@ bool h3_learn_launch_refused(const void *handle, const unsigned dims[H3_LAUNCH_D
         w++;
     if (w == H3_LEARN_FAST_WAYS || memcmp(f[w].dims, dims, sizeof(f[w].dims)) != 0)
         return false;
-    f += w;
-    h3_learn_break(H3_SKIP_REFUSED); /* h3_learn_pass, for this launch */
-    h3_learn_note(f->id, false);
+    h3_learn_pass(NULL, f[w].id); /* a refused group's: the call itself is not needed */
     return true;
 }
 
