@@ -417,6 +417,7 @@ struct h3_call {
     const char *op_how;             /* how an op with more than one exact way ran (h3_op_note) */
     const char *op_verify;          /* an op of this group ran into scratch beside its calls (verify.c) */
     const char *learned;            /* the group this call made the learner learn (its signature's), or NULL */
+    const char *learner;            /* traced: what the learner did with it ("kept", or why it was not), or NULL */
     uint32_t op_left_out;           /* outputs the ops left out: the allocator had freed them (ops.c) */
     uint64_t op_left_out_bytes;
     union {
@@ -641,6 +642,9 @@ void h3_learn_sync(void);
 /* Keeps a matched call, and learns a group when the call completes its
  * third instance in a row. */
 void h3_learn_observe(struct h3_call *c);
+/* What the thread's learner did with its last call it saw ("kept", or why
+ * it was not kept), for the trace; NULL when it saw none since the last ask. */
+const char *h3_learn_take_what(void);
 void h3_learn_print_stats(void (*line)(const char *fmt, ...));
 /* A fork child's locks are usable again. */
 void h3_learn_after_fork_child(void);

@@ -232,6 +232,8 @@ static bool h3_call_decide(struct h3_call *c)
             h3_idle_note(c, h3_call_epoch);
         else if (c->kind == H3_KIND_LAUNCH)
             h3_learn_fast_note(c, h3_call_epoch);
+        if (h3_hot.trace_on)
+            c->learner = h3_learn_take_what();
         return false;
     }
     if (c->kind == H3_KIND_SYNC) {
@@ -242,6 +244,8 @@ static bool h3_call_decide(struct h3_call *c)
         else
             h3_match_call(c);
         h3_learn_observe(c);
+        if (h3_hot.trace_on)
+            c->learner = h3_learn_take_what();
         if (h3_hot.stats) /* from the end of the description */
             h3_stats_part_end(c, H3_PART_MATCH);
     }

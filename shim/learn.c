@@ -58,6 +58,10 @@
  * (powers of two). */
 #define H3_LEARN_FAST 512
 #define H3_LEARN_FAST_WAYS 4
+/* Runs of calls between refused groups followed per thread, and the longest
+ * (h3_learn_island_close). */
+#define H3_LEARN_ISLANDS 8
+#define H3_LEARN_ISLAND_MAX 64
 
 /* The rules of record_signature.py, with its numbers. */
 #define H3_LEARN_DEVICE_RADIUS (256ull << 20)
@@ -109,9 +113,25 @@ struct h3_learn_candidate {
 struct h3_learn_fast {
     const void *handle;
     uint64_t before[2];
-    unsigned dims[H3_LAUNCH_DIMS];
     uint64_t id;
+    unsigned dims[H3_LAUNCH_DIMS];
+    uint8_t island, pos; /* a refused island's call (its slot + 1, its place in it), or 0 */
 } __attribute__((aligned(64))); /* one line a look */
+
+/*
+ * A run of kept calls between two calls of refused groups (another model's
+ * calls outside its layers: a Llama's embedding and head between its last
+ * layer and its first), as the learner saw it close: the two calls before
+ * it, and its calls' identities.  One that closed H3_LEARN_INSTANCES times
+ * the same is refused: its calls are passed by where they come in order
+ * after those two calls (h3_learn_island_next), never elsewhere.
+ */
+struct h3_learn_island {
+    uint64_t pre[2], fp;
+    uint32_t len, seen;
+    bool refused;
+    uint64_t ids[H3_LEARN_ISLAND_MAX];
+};
 
 struct h3_learner {
     struct h3_learn_call ring[H3_LEARN_RING];
@@ -126,6 +146,13 @@ struct h3_learner {
     bool synced;           /* a call that submits work or synchronises came since the last one */
     void *block;           /* what calloc gave: the learner lies in it, aligned */
     uint64_t fast_victim;  /* picks the way a note replaces in a full set */
+    /* The run of kept calls since the last refused group's call: open while
+     * only refused groups' calls bound it; its first call (UINT64_MAX: none
+     * yet) and the two before that. */
+    bool acc_open;
+    uint64_t acc_first, acc_pre[2];
+    unsigned islands_next, islands_refused;
+    struct h3_learn_island islands[H3_LEARN_ISLANDS];
     struct h3_learn_fast fast[H3_LEARN_FAST];
 };
 
@@ -149,7 +176,13 @@ static H3_TLS struct h3_learn_asked {
 static H3_TLS struct {
     const struct h3_call *c;
     uint64_t before[2], id;
+    uint8_t island, pos;
 } h3_learn_passed;
+/* Where the thread is in a refused island: its slot + 1 (0: in none) and the
+ * place of its next call. */
+static H3_TLS struct {
+    uint8_t island, pos;
+} h3_learn_cur;
 static pthread_key_t h3_learn_key;
 static pthread_once_t h3_learn_key_once = PTHREAD_ONCE_INIT;
 
@@ -162,17 +195,19 @@ static atomic_uint h3_learn_planned, h3_learn_derived_all;
 static atomic_ullong h3_learn_refused_ids[H3_LEARN_REFUSED_IDS];
 /* Why a call was not kept. */
 enum h3_learn_skip { H3_SKIP_TAKEN, H3_SKIP_LAUNCH, H3_SKIP_MATMUL, H3_SKIP_CUDNN, H3_SKIP_OTHER, H3_SKIP_REFUSED,
-                     H3_SKIPS,
+                     H3_SKIP_ISLAND, H3_SKIPS,
                      /* and the other per-call counts: */
                      H3_COUNT_KEPT = H3_SKIPS, H3_COUNT_SYNCED, H3_COUNTS };
 static const char *const h3_learn_skip_names[H3_SKIPS] = {
     "continuing a signature's attempt", "launches without known parameters", "GEMMs without a full description",
-    "cuDNN executions without a known variant pack", "other library calls", "of refused groups"};
+    "cuDNN executions without a known variant pack", "other library calls", "of refused groups",
+    "between refused groups, repeating (refused islands)"};
 static enum h3_learn_skip h3_learn_skip_of(const struct h3_call *c);
 static void h3_learn_break(enum h3_learn_skip why);
 static uint64_t h3_learn_unkept_prev(const struct h3_call *c);
+static struct h3_learn_call *h3_learn_at(struct h3_learner *l, uint64_t pos);
 static struct {
-    atomic_uint learned, refused, threads, stopped;
+    atomic_uint learned, refused, threads, stopped, islands;
     atomic_ulong refused_calls;
     atomic_ulong calls[H3_COUNTS]; /* by enum h3_learn_skip: not kept, kept, synchronising */
 } h3_learn_counts;
@@ -185,6 +220,7 @@ static void h3_learner_free(void *arg)
 {
     struct h3_learner *l = arg;
     h3_learner_tls = NULL;
+    h3_learn_cur.island = 0; /* its islands go with it */
     h3_learner_failed = true; /* a call after the key's destructor makes no new one */
     h3_learn_flush_pending();
     if (l != NULL) {
@@ -329,14 +365,22 @@ static inline void h3_learn_note(uint64_t id, bool gemms)
     h3_thread.learn_gemms = gemms;
 }
 
-/* A call passed by, unkept: a refused group's (`id` refused after the calls
- * before it; `c` is not read then), or one the learner cannot keep (`id` 0):
- * no group runs across it.  A refused group's next call follows it, and so does one after its
- * GEMM described by its shape alone. */
-static void h3_learn_pass(const struct h3_call *c, uint64_t id)
+static void h3_learn_island_bound(bool refused);
+
+/* A call passed by, unkept: a refused group's or a refused island's (`why`;
+ * `id` its identity; `c` is not read then), or one the learner cannot keep
+ * (`id` 0): no group runs across it.  A refused group's next call follows
+ * it, and so does one after its GEMM described by its shape alone.  A
+ * refused group's call (or such a GEMM) bounds the run of kept calls before
+ * it (h3_learn_island_bound); any other call ends that run, and any but a
+ * refused island's ends the island the thread was in. */
+static void h3_learn_pass(const struct h3_call *c, uint64_t id, enum h3_learn_skip why)
 {
-    h3_learn_break(id != 0 ? H3_SKIP_REFUSED : h3_learn_skip_of(c));
+    h3_learn_break(id != 0 ? why : h3_learn_skip_of(c));
     uint64_t prev = id != 0 ? id : h3_learn_unkept_prev(c);
+    if (id == 0 || why != H3_SKIP_ISLAND)
+        h3_learn_cur.island = 0;
+    h3_learn_island_bound(prev != 0 && (id == 0 || why != H3_SKIP_ISLAND));
     h3_learn_note(prev, prev == 0);
 }
 
@@ -403,6 +447,123 @@ static void h3_learn_refuse_launch(struct h3_kernel *k, uint64_t t)
     }
 }
 
+/* ---- refused islands ---- */
+
+/* Where a call passed by as a refused island's lies in it (slot + 1, place). */
+struct h3_learn_place {
+    uint8_t island, pos;
+};
+
+/* The thread's place in island `s` moves past one of its calls. */
+static inline void h3_learn_island_step(const struct h3_learn_island *s)
+{
+    if (++h3_learn_cur.pos >= s->len)
+        h3_learn_cur.island = 0;
+}
+
+/*
+ * Why the call of identity `id`, after the thread's last two calls, is
+ * passed by: the next call of the refused island the thread is in, a
+ * refused group's, or the first call of a refused island after the two
+ * calls that came before it (then *at says where it lies); H3_COUNT_KEPT:
+ * the learner keeps it.  A call that does not continue the thread's island
+ * ends it there.
+ */
+static enum h3_learn_skip h3_learn_passes(const struct h3_call *c, uint64_t id, struct h3_learn_place *at)
+{
+    const struct h3_learner *l = h3_learner_tls;
+    *at = (struct h3_learn_place){0, 0};
+    if (h3_learn_cur.island != 0 && l != NULL) {
+        const struct h3_learn_island *s = &l->islands[h3_learn_cur.island - 1];
+        if (s->ids[h3_learn_cur.pos] == id) {
+            *at = (struct h3_learn_place){h3_learn_cur.island, h3_learn_cur.pos};
+            h3_learn_island_step(s);
+            return H3_SKIP_ISLAND;
+        }
+    }
+    h3_learn_cur.island = 0;
+    if (h3_learn_refused_here(c, id))
+        return H3_SKIP_REFUSED;
+    for (unsigned i = 0; l != NULL && l->islands_refused != 0 && i < H3_LEARN_ISLANDS; i++) {
+        const struct h3_learn_island *s = &l->islands[i];
+        if (s->refused && s->ids[0] == id && s->pre[0] == h3_learn_prev[0] && s->pre[1] == h3_learn_prev[1]) {
+            *at = (struct h3_learn_place){(uint8_t)(i + 1), 0};
+            h3_learn_cur.island = (uint8_t)(i + 1);
+            h3_learn_cur.pos = 0;
+            h3_learn_island_step(s);
+            return H3_SKIP_ISLAND;
+        }
+    }
+    return H3_COUNT_KEPT;
+}
+
+/*
+ * The run of kept calls [acc_first, n) came between two refused groups'
+ * calls.  One that comes H3_LEARN_INSTANCES times the same, after the same
+ * two calls, is refused for the thread: another model's calls outside its
+ * layers, which no group can hold (it is bounded by calls that no group
+ * learned has), so that they stop being kept at every iteration.  Only
+ * where its calls come in order after those two calls are they passed by
+ * (h3_learn_passes); anywhere else the learner keeps them as before.
+ */
+static void h3_learn_island_close(struct h3_learner *l)
+{
+    uint32_t len = (uint32_t)(l->n - l->acc_first);
+    uint64_t fp = h3_learn_mix(h3_learn_mix(h3_learn_mix(H3_HASH_SEED, l->acc_pre[0]), l->acc_pre[1]), len);
+    for (uint32_t j = 0; j < len; j++)
+        fp = h3_learn_mix(fp, h3_learn_at(l, l->acc_first + j)->id);
+    struct h3_learn_island *s = NULL;
+    for (unsigned i = 0; i < H3_LEARN_ISLANDS && s == NULL; i++)
+        if (l->islands[i].fp == fp && l->islands[i].len == len)
+            s = &l->islands[i];
+    for (unsigned k = 0; k < H3_LEARN_ISLANDS && s == NULL; k++) { /* a slot no refused island holds */
+        struct h3_learn_island *x = &l->islands[(l->islands_next + k) % H3_LEARN_ISLANDS];
+        if (!x->refused) {
+            s = x;
+            l->islands_next = (l->islands_next + k + 1) % H3_LEARN_ISLANDS;
+            s->pre[0] = l->acc_pre[0], s->pre[1] = l->acc_pre[1], s->fp = fp, s->len = len, s->seen = 0;
+        }
+    }
+    if (s == NULL || s->refused || ++s->seen < H3_LEARN_INSTANCES)
+        return;
+    for (uint32_t j = 0; j < len; j++)
+        s->ids[j] = h3_learn_at(l, l->acc_first + j)->id;
+    s->refused = true;
+    l->islands_refused++;
+    atomic_fetch_add(&h3_learn_counts.islands, 1);
+    H3_INFO(H3_SUB_HOOK, "a run of %u calls between refused groups came %d times the same: passed by there", len,
+            H3_LEARN_INSTANCES);
+}
+
+/* A refused group's call (`refused`), or any other the learner passed by,
+ * came: the run of kept calls before it closes, or ends unclosed. */
+static void h3_learn_island_bound(bool refused)
+{
+    struct h3_learner *l = h3_learner_tls;
+    if (l == NULL)
+        return;
+    if (refused && l->acc_open && l->acc_first != UINT64_MAX)
+        h3_learn_island_close(l);
+    l->acc_open = refused;
+    l->acc_first = UINT64_MAX;
+}
+
+/* The call just kept (after `pre`) continues the run of kept calls, or
+ * ends it: a call the ring could not keep, or one too many. */
+static void h3_learn_island_kept(struct h3_learner *l, const uint64_t pre[2])
+{
+    h3_learn_cur.island = 0;
+    if (!l->acc_open)
+        return;
+    uint64_t at = l->n - 1;
+    if (h3_learn_at(l, at)->kind == H3_LEARN_GAP || (l->acc_first != UINT64_MAX && at - l->acc_first >= H3_LEARN_ISLAND_MAX)) {
+        l->acc_open = false;
+    } else if (l->acc_first == UINT64_MAX) {
+        l->acc_first = at;
+        l->acc_pre[0] = pre[0], l->acc_pre[1] = pre[1];
+    }
+}
+
 bool h3_learn_wants(const struct h3_call *c)
 {
     h3_learn_passed.c = NULL; /* the call at this address before was another */
@@ -413,13 +574,15 @@ bool h3_learn_wants(const struct h3_call *c)
         return false;
     }
     uint64_t id = h3_learn_identity(c);
-    if (id != 0 && !h3_learn_refused_here(c, id)) {
+    struct h3_learn_place at = {0, 0};
+    enum h3_learn_skip why = id != 0 ? h3_learn_passes(c, id, &at) : H3_COUNT_KEPT;
+    if (id != 0 && why == H3_COUNT_KEPT) {
         h3_learn_asked = (struct h3_learn_asked){c, id}; /* h3_learn_observe takes it */
         return true;
     }
     if (id != 0 && c->kind == H3_KIND_LAUNCH)
-        h3_learn_passed = (__typeof__(h3_learn_passed)){c, {h3_learn_prev[0], h3_learn_prev[1]}, id};
-    h3_learn_pass(c, id);
+        h3_learn_passed = (__typeof__(h3_learn_passed)){c, {h3_learn_prev[0], h3_learn_prev[1]}, id, at.island, at.pos};
+    h3_learn_pass(c, id, why);
     return false;
 }
 
@@ -457,9 +620,9 @@ void h3_learn_fast_note(const struct h3_call *c, unsigned epoch)
         l->fast_victim = l->fast_victim * 6364136223846793005ull + 1442695040888963407ull;
         f = &set[(l->fast_victim >> 62) & (H3_LEARN_FAST_WAYS - 1)];
     }
-    *f = (struct h3_learn_fast){c->handle, {h3_learn_passed.before[0], h3_learn_passed.before[1]},
+    *f = (struct h3_learn_fast){c->handle, {h3_learn_passed.before[0], h3_learn_passed.before[1]}, h3_learn_passed.id,
                                 {c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2], c->shmem},
-                                h3_learn_passed.id};
+                                h3_learn_passed.island, h3_learn_passed.pos};
 }
 
 bool h3_learn_gemm_refused(const struct h3_call *c)
@@ -467,9 +630,11 @@ bool h3_learn_gemm_refused(const struct h3_call *c)
     if (!h3_learn_looking())
         return false;
     uint64_t id = h3_learn_identity(c);
-    if (id == 0 || !h3_learn_refused(h3_learn_triple(h3_learn_prev[0], h3_learn_prev[1], id)))
+    struct h3_learn_place at;
+    enum h3_learn_skip why = id != 0 ? h3_learn_passes(c, id, &at) : H3_COUNT_KEPT;
+    if (why == H3_COUNT_KEPT)
         return false;
-    h3_learn_pass(c, id);
+    h3_learn_pass(c, id, why);
     return true;
 }
 
@@ -484,7 +649,15 @@ bool h3_learn_launch_refused(const void *handle, const unsigned dims[H3_LAUNCH_D
         w++;
     if (w == H3_LEARN_FAST_WAYS || memcmp(f[w].dims, dims, sizeof(f[w].dims)) != 0)
         return false;
-    h3_learn_pass(NULL, f[w].id); /* a refused group's: the call itself is not needed */
+    if (f[w].island != 0) { /* a refused island's: its first call, or the thread's next in it */
+        if (f[w].pos != 0 && (h3_learn_cur.island != f[w].island || h3_learn_cur.pos != f[w].pos))
+            return false;
+        h3_learn_cur.island = f[w].island;
+        h3_learn_cur.pos = f[w].pos;
+        h3_learn_island_step(&l->islands[f[w].island - 1]);
+    }
+    /* the call itself is not needed */
+    h3_learn_pass(NULL, f[w].id, f[w].island != 0 ? H3_SKIP_ISLAND : H3_SKIP_REFUSED);
     return true;
 }
 
@@ -519,8 +692,19 @@ static void h3_learn_count(unsigned what)
     }
 }
 
+/* What the learner did with the thread's last call it saw, for the trace. */
+static H3_TLS const char *h3_learn_what;
+
+const char *h3_learn_take_what(void)
+{
+    const char *what = h3_learn_what;
+    h3_learn_what = NULL;
+    return what;
+}
+
 static void h3_learn_break(enum h3_learn_skip why)
 {
+    h3_learn_what = h3_learn_skip_names[why];
     h3_learn_count(why);
     if (h3_learner_tls != NULL)
         h3_learn_gap = true;
@@ -1754,14 +1938,19 @@ void h3_learn_observe(struct h3_call *c)
         if (h3_learner_tls != NULL)
             h3_learner_tls->since_repeat = 0;
         h3_learn_break(H3_SKIP_TAKEN);
+        h3_learn_cur.island = 0;
+        h3_learn_island_bound(false);
         h3_learn_note(0, true); /* should the attempt break, its GEMM is kept */
         return;
     }
     uint64_t id = asked != 0 ? asked : h3_learn_identity(c);
-    if (id == 0 || (asked == 0 && h3_learn_refused_here(c, id))) {
-        h3_learn_pass(c, id);
+    struct h3_learn_place at;
+    enum h3_learn_skip why = id != 0 && asked == 0 ? h3_learn_passes(c, id, &at) : H3_COUNT_KEPT;
+    if (id == 0 || why != H3_COUNT_KEPT) {
+        h3_learn_pass(c, id, why);
         return;
     }
+    const uint64_t pre[2] = {h3_learn_prev[0], h3_learn_prev[1]};
     h3_learn_note(id, true);
     struct h3_learner *l = h3_learner_get();
     if (l == NULL)
@@ -1771,6 +1960,8 @@ void h3_learn_observe(struct h3_call *c)
         h3_learn_push(l, NULL, 0);
     }
     h3_learn_push(l, c, id);
+    h3_learn_island_kept(l, pre);
+    h3_learn_what = "kept";
     c->learned = h3_learn_just;
     h3_learn_just = NULL;
     h3_learn_count(H3_COUNT_KEPT);
@@ -1799,6 +1990,10 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
     unsigned long skipped = 0;
     for (unsigned i = 0; i < H3_SKIPS; i++)
         skipped += atomic_load(&h3_learn_counts.calls[i]);
+    if (atomic_load(&h3_learn_counts.islands) != 0)
+        line("learn: %u runs of calls between refused groups came %d times the same: passed by where they "
+             "come after the same two calls (refused islands)",
+             atomic_load(&h3_learn_counts.islands), H3_LEARN_INSTANCES);
     line("learn: %lu calls kept, %lu not kept, %lu calls that synchronise between them",
          atomic_load(&h3_learn_counts.calls[H3_COUNT_KEPT]), skipped, atomic_load(&h3_learn_counts.calls[H3_COUNT_SYNCED]));
     for (unsigned i = 0; i < H3_SKIPS; i++)

@@ -323,6 +323,10 @@ static void h3_trace_fields(struct h3_buf *b, const struct h3_call *c, bool full
         h3_buf_puts(b, ",\"learned\":");
         h3_buf_json_str(b, c->learned);
     }
+    if (c->learner != NULL) {
+        h3_buf_puts(b, ",\"learner\":");
+        h3_buf_json_str(b, c->learner);
+    }
     if (c->op_fallback != NULL) {
         h3_buf_puts(b, ",\"op_fallback\":");
         h3_buf_json_str(b, c->op_fallback);

@@ -147,6 +147,10 @@ ALIAS_REPLAYS += $(B)/tests/gapped-replay.txt
 $(B)/tests/shared-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py shared $< $@
 ALIAS_REPLAYS += $(B)/tests/shared-replay.txt
+# Another model's iterations with the block's first calls outside its layers, then the block.
+$(B)/tests/islands-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py islands $< $@
+ALIAS_REPLAYS += $(B)/tests/islands-replay.txt
 # A variant of the block with cuBLAS's own GEMMs, then the block; another model's layers
 # at 70 prompt lengths, then the block (both learned after them).
 $(B)/tests/variant-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py

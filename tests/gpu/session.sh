@@ -39,6 +39,10 @@
 #              for PAIRS_WORKLOADS (default: the Llama and the ViT), 3 rounds (5 min; 2 rounds of the
 #              two fit in 290 s at 1b52b16); pairs-fine the same with loops of one
 #              iteration (300 pairs a process: a pair's two loops meet the same host)
+#   learner-costs  for each of PAIRS_WORKLOADS alone: a traced process (robust.py's
+#              timed loops) summarised by tests/tools/trace_learner.py (what the learner
+#              kept of one iteration, call by call), and arm Q alone with learning on
+#              and off, 300 pairs of one iteration, its stats whole (2-3 min)
 #   trace      a Chrome-format trace of one quick request with two blocks, gzipped (1 min)
 #   learn-shapes  learn_shapes.py with no signature loaded: block stacks at 261-1797
 #              tokens, batches 1, 2, 4, every one learned in the process, bitwise
@@ -172,6 +176,18 @@ for step in "${steps[@]}"; do
                 H3_ROBUST_PAIR_ITERS="$([[ $step == pairs-fine ]] && echo 1 || echo 20)" \
                 python3 tests/gpu/robust.py --items workloads --rounds 3 --workload-arms A,P,N,Q --deadline 300 \
                 --tag="-workloads-$step" ;;
+        learner-costs)
+            for w in $(tr , ' ' <<<"${PAIRS_WORKLOADS:-llama_8l_fp16,vit_b16_bf16}"); do
+                run "learner-trace-$w" 150 env H3_ROBUST_WORKLOADS="$w" LD_PRELOAD="$PWD/build/libh3shim.so" \
+                    H3SHIM_TRACE="$work/trace-$w.jsonl" python3 tests/gpu/robust.py --child workloads
+                python3 tests/tools/trace_learner.py "$work/trace-$w.jsonl" --json "$work/learner-trace-$w.json" \
+                    >"$work/learner-trace-$w.md" && rm -f "$work/trace-$w.jsonl"
+                for learn in 1 0; do
+                    run "learner-stats-$w-learn$learn" 150 env H3_ROBUST_WORKLOADS="$w" \
+                        LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_STATS=1 H3SHIM_LEARN=$learn H3_ROBUST_PAUSE=1 \
+                        H3_ROBUST_PAIR_ITERS=1 python3 tests/gpu/robust.py --child workloads
+                done
+            done ;;
         graphs)
             run graphs-weights 150 python3 tests/gpu/test_weight_cache.py --graphs
             run graphs-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms SG,NG --rounds 1 --tag=-quick-graphs

@@ -40,6 +40,12 @@ with a mutation in every block, as a user's variant of the block would have:
            the block: the gapped layer made from IN's launches renamed, with
            IN's first weight cast (its own kernel and grid) after the
            layer's first GEMM, 20 times, then IN (the block, learned)
+  islands  another model's iterations as a Llama's forward makes them, then
+           the block: 8 calls outside the layers (the block's own first
+           eight: its norm, three casts, its first cuBLASLt GEMM and what
+           follows, as the embedding and head of a model whose calls are
+           the block's), then 4 of the gapped layers made from IN's
+           launches renamed, 30 times, then IN (the block, learned)
   variant  a variant of the block that no signature can hold, then the
            block: IN's first three blocks with each GEMM through cuBLAS's
            own entry point (a G line) and every launch's grid but the
@@ -87,7 +93,7 @@ def blocks_in(lines):
     return at, starts
 
 
-MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "variant", "lengths", "lt-lengths", "streams")
+MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "variant", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -127,6 +133,14 @@ def main():
         layer = gapped_layer([foreign(line) for line in lines if line.startswith("L ")][:30])
         layer.insert(7, lines[at[starts[0] + 1]])  # the block's first weight cast
         open(sys.argv[3], "w").write("\n".join(layer * 20 + lines) + "\n")
+        return 0
+    if sys.argv[1] == "islands":
+        at, starts = blocks_in(lines)
+        if not starts:
+            return 2
+        layer = gapped_layer([foreign(line) for line in lines if line.startswith("L ")][:30])
+        outside = [lines[at[starts[0] + j]] for j in range(8)]
+        open(sys.argv[3], "w").write("\n".join((outside + layer * 4) * 30 + lines) + "\n")
         return 0
     if sys.argv[1] == "variant":
         at = calls(lines)

@@ -48,6 +48,7 @@
 #define T_REPLAY_STREAMS "build/tests/streams-replay.txt"
 #define T_REPLAY_SHARED "build/tests/shared-replay.txt"
 #define T_REPLAY_VARIANT "build/tests/variant-replay.txt"
+#define T_REPLAY_ISLANDS "build/tests/islands-replay.txt"
 #define T_REPLAY_LENGTHS "build/tests/lengths-replay.txt"
 #define T_REPLAY_LT_LENGTHS "build/tests/lt-lengths-replay.txt"
 #define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
@@ -2423,6 +2424,13 @@ START_TEST(the_block_is_learned_from_its_first_instances)
     ck_assert(trace != NULL);
     const char *at = strstr(trace, "\"learned\":\"block-learned-1-42calls-n1797\"");
     ck_assert_msg(at != NULL && strstr(at + 1, "\"learned\":") == NULL, "the trace names the learning call not once");
+    /* Each record says what the learner did with its call: the three
+     * instances kept, the fused blocks' calls left to their signature. */
+    unsigned nkept = 0;
+    for (const char *k = trace; (k = strstr(k, "\"learner\":\"kept\"")) != NULL && k < at; k++)
+        nkept++;
+    ck_assert_msg(nkept >= 3 * 42, "%u calls traced as kept before the learning call", nkept);
+    ck_assert(strstr(at, "\"learner\":\"continuing a signature's attempt\"") != NULL);
     free(trace);
     ck_assert_msg(strstr(stats, "learn: 1 groups learned, 0 refused") != NULL, "%s", tail_of(stats));
     static const char *const runs[] = {"op norm_cast    6 groups run (12 calls)", "op residual_norm 12 groups run",
@@ -3147,7 +3155,7 @@ START_TEST(learning_is_bounded_and_switched_off)
 {
     char *stats = learning_run("learn-unique", T_REPLAY_UNIQUE, true);
     ck_assert_msg(strstr(stats, "learn: 0 groups learned, 0 refused") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "1 threads looked (581952 bytes each)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "1 threads looked (586432 bytes each)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "learn: 3000 calls kept, 0 not kept") != NULL, "%s", tail_of(stats));
     free(stats);
     /* With less patience the thread stops looking after 1000 calls, gives
@@ -3162,8 +3170,9 @@ START_TEST(learning_is_bounded_and_switched_off)
     /* Another model's calls over and over: its group is refused at once, and
      * a group refused again and again renews no patience, so the thread
      * stops looking and its calls take the idle path (they kept it looking
-     * for ever before). */
-    setenv("H3SHIM_LEARN_PATIENCE", "2000", 1);
+     * for ever before).  (Its calls between the refused group's are passed
+     * by too once they repeated, a refused island: about 1100 are kept.) */
+    setenv("H3SHIM_LEARN_PATIENCE", "800", 1);
     stats = learning_run("learn-patience-foreign", T_REPLAY_FOREIGN_X20, true);
     unsetenv("H3SHIM_LEARN_PATIENCE");
     ck_assert_msg(strstr(stats, "1 refused") != NULL && strstr(stats, "1 stopped looking") != NULL, "%s",
@@ -3190,6 +3199,16 @@ END_TEST
  * every later call takes the idle path, from its wrapper (the same calls
  * executed: `same`); before, each GEMM was a gap, no run between two held a
  * group, and every launch was kept for the whole patience (2^20 calls). */
+/* The calls the learner kept, by its stats line. */
+static long kept_calls(const char *stats)
+{
+    const char *kept = strstr(stats, " calls kept");
+    ck_assert(kept != NULL);
+    while (kept > stats && kept[-1] >= '0' && kept[-1] <= '9')
+        kept--;
+    return strtol(kept, NULL, 10);
+}
+
 START_TEST(another_models_layers_with_cublas_gemms_are_refused)
 {
     char *stats = learning_run("learn-gapped", T_REPLAY_GAPPED, true);
@@ -3198,11 +3217,7 @@ START_TEST(another_models_layers_with_cublas_gemms_are_refused)
     ck_assert_msg(strstr(stats, "a group of 35 calls: a GEMM through cuBLAS's own entry point") != NULL, "%s",
                   tail_of(stats));
     /* Three layers kept, and the few calls before the group was tried; the rest idle. */
-    const char *kept = strstr(stats, " calls kept");
-    ck_assert(kept != NULL);
-    while (kept > stats && kept[-1] >= '0' && kept[-1] <= '9')
-        kept--;
-    ck_assert_msg(strtol(kept, NULL, 10) <= 4 * 35, "%s", tail_of(stats));
+    ck_assert_msg(kept_calls(stats) <= 4 * 35, "%s", tail_of(stats));
     ck_assert_msg(idle_calls(stats) >= 96 * 35, "%s", tail_of(stats));
     /* Their wrappers forward them, the learner still looking: every layer's
      * launches after the first few are found in the thread's table of the
@@ -3243,6 +3258,39 @@ START_TEST(another_models_layers_with_cublas_gemms_are_refused)
     ck_assert_msg(strstr(stats, "learn: 0 groups learned, 65 refused") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "learn: learning ended for the process: 64 groups seen by the ops' planners") != NULL,
                   "%s", tail_of(stats));
+    free(stats);
+}
+END_TEST
+
+/*
+ * Another model's iterations as a Llama's forward makes them (the islands
+ * replay): its layers, refused, and between its last and its first the calls
+ * outside them (embedding, head), which no group holds, so the learner kept
+ * them at every iteration.  Here they are the block's own first eight
+ * calls.  Closed three times the same between the refused layers' calls,
+ * they are refused there: passed by in that order after those two calls,
+ * and forwarded by their wrappers.  The block that comes after the
+ * iterations begins with the same calls after the same two (its first
+ * instance loses them); its calls are kept everywhere else, and it is
+ * learned and fused.
+ */
+START_TEST(calls_between_refused_layers_are_passed_by_there)
+{
+    T_NEEDS_KERNELS();
+    char *stats = learning_run("learn-islands", T_REPLAY_ISLANDS, false);
+    ck_assert_msg(strstr(stats, "learn: 1 runs of calls between refused groups came 3 times the same") != NULL, "%s",
+                  tail_of(stats));
+    ck_assert_msg(strstr(stats, "learn: 1 groups learned, 1 refused") != NULL, "%s", tail_of(stats));
+    /* The island is the eight calls and the first layer's first two (their
+     * two calls before are the island's): ten calls at each of the 26
+     * iterations after it was refused; kept before, 673 calls in all. */
+    ck_assert_msg(strstr(stats, "not kept: 260 between refused groups") != NULL,
+                  "%s", tail_of(stats));
+    ck_assert_msg(kept_calls(stats) <= 450, "%s", tail_of(stats));
+    /* Its nine launches go by their wrappers (3430 before). */
+    ck_assert_msg(forwarded(stats, "__cudaLaunchKernel") >= 3430 + 20 * 9, "%s", tail_of(stats));
+    /* Every block after the iterations fused, as without the island. */
+    ck_assert_msg(stat_after(stats, "block-learned-2-42calls-n1797: ") >= 6, "%s", tail_of(stats));
     free(stats);
 }
 END_TEST
@@ -3654,6 +3702,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, all_ops_share_the_block);
     tcase_add_test(ops, the_serving_modes_blocks_fuse_and_keep_every_cast);
     tcase_add_test(ops, the_block_is_learned_from_its_first_instances);
+    tcase_add_test(ops, calls_between_refused_layers_are_passed_by_there);
     tcase_add_test(ops, learning_survives_foreign_calls);
     tcase_add_test(ops, two_threads_learn_the_block_once);
     tcase_add_test(ops, a_mutated_block_is_learned_not_fused);
