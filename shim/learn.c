@@ -124,12 +124,14 @@ struct h3_learn_fast {
  * layer and its first), as the learner saw it close: the two calls before
  * it, and its calls' identities.  One that closed H3_LEARN_INSTANCES times
  * the same is refused: its calls are passed by where they come in order
- * after those two calls (h3_learn_island_next), never elsewhere.
+ * after those two calls (h3_learn_passes), never elsewhere.  One whose
+ * first calls came there and then a call that differs is broken: never
+ * refused again (a block may begin as it does; h3_learn_cursor_end).
  */
 struct h3_learn_island {
     uint64_t pre[2], fp;
     uint32_t len, seen;
-    bool refused;
+    bool refused, broken;
     uint64_t ids[H3_LEARN_ISLAND_MAX];
 };
 
@@ -152,6 +154,11 @@ struct h3_learner {
     bool acc_open;
     uint64_t acc_first, acc_pre[2];
     unsigned islands_next, islands_refused;
+    /* Where a refused island broke after cut_len of its calls, passed by
+     * (0: none), the call that broke it kept at cut_at (UINT64_MAX: not yet):
+     * a run from there begins, in truth, cut_len calls before it. */
+    uint32_t cut_len;
+    uint64_t cut_at;
     struct h3_learn_island islands[H3_LEARN_ISLANDS];
     struct h3_learn_fast fast[H3_LEARN_FAST];
 };
@@ -183,6 +190,9 @@ static H3_TLS struct {
 static H3_TLS struct {
     uint8_t island, pos;
 } h3_learn_cur;
+/* A refused island broke and the learner has not yet kept, or passed by,
+ * the call that broke it (h3_learn_cursor_leave). */
+static H3_TLS bool h3_learn_cut_pending;
 static pthread_key_t h3_learn_key;
 static pthread_once_t h3_learn_key_once = PTHREAD_ONCE_INIT;
 
@@ -207,7 +217,7 @@ static void h3_learn_break(enum h3_learn_skip why);
 static uint64_t h3_learn_unkept_prev(const struct h3_call *c);
 static struct h3_learn_call *h3_learn_at(struct h3_learner *l, uint64_t pos);
 static struct {
-    atomic_uint learned, refused, threads, stopped, islands;
+    atomic_uint learned, refused, threads, stopped, islands, islands_broken;
     atomic_ulong refused_calls;
     atomic_ulong calls[H3_COUNTS]; /* by enum h3_learn_skip: not kept, kept, synchronising */
 } h3_learn_counts;
@@ -221,6 +231,7 @@ static void h3_learner_free(void *arg)
     struct h3_learner *l = arg;
     h3_learner_tls = NULL;
     h3_learn_cur.island = 0; /* its islands go with it */
+    h3_learn_cut_pending = false;
     h3_learner_failed = true; /* a call after the key's destructor makes no new one */
     h3_learn_flush_pending();
     if (l != NULL) {
@@ -366,6 +377,7 @@ static inline void h3_learn_note(uint64_t id, bool gemms)
 }
 
 static void h3_learn_island_bound(bool refused);
+static inline void h3_learn_cursor_end(bool kept);
 
 /* A call passed by, unkept: a refused group's or a refused island's (`why`;
  * `id` its identity; `c` is not read then), or one the learner cannot keep
@@ -379,7 +391,7 @@ static void h3_learn_pass(const struct h3_call *c, uint64_t id, enum h3_learn_sk
     h3_learn_break(id != 0 ? why : h3_learn_skip_of(c));
     uint64_t prev = id != 0 ? id : h3_learn_unkept_prev(c);
     if (id == 0 || why != H3_SKIP_ISLAND)
-        h3_learn_cur.island = 0;
+        h3_learn_cursor_end(false);
     h3_learn_island_bound(prev != 0 && (id == 0 || why != H3_SKIP_ISLAND));
     h3_learn_note(prev, prev == 0);
 }
@@ -481,12 +493,13 @@ static enum h3_learn_skip h3_learn_passes(const struct h3_call *c, uint64_t id, 
             return H3_SKIP_ISLAND;
         }
     }
-    h3_learn_cur.island = 0;
+    h3_learn_cursor_end(true); /* the call may yet be passed by: h3_learn_pass says so */
     if (h3_learn_refused_here(c, id))
         return H3_SKIP_REFUSED;
     for (unsigned i = 0; l != NULL && l->islands_refused != 0 && i < H3_LEARN_ISLANDS; i++) {
         const struct h3_learn_island *s = &l->islands[i];
         if (s->refused && s->ids[0] == id && s->pre[0] == h3_learn_prev[0] && s->pre[1] == h3_learn_prev[1]) {
+            h3_learn_cursor_end(false); /* a cut the island before left: no kept call begins a run at it */
             *at = (struct h3_learn_place){(uint8_t)(i + 1), 0};
             h3_learn_cur.island = (uint8_t)(i + 1);
             h3_learn_cur.pos = 0;
@@ -518,13 +531,13 @@ static void h3_learn_island_close(struct h3_learner *l)
             s = &l->islands[i];
     for (unsigned k = 0; k < H3_LEARN_ISLANDS && s == NULL; k++) { /* a slot no refused island holds */
         struct h3_learn_island *x = &l->islands[(l->islands_next + k) % H3_LEARN_ISLANDS];
-        if (!x->refused) {
+        if (!x->refused && !x->broken) {
             s = x;
             l->islands_next = (l->islands_next + k + 1) % H3_LEARN_ISLANDS;
             s->pre[0] = l->acc_pre[0], s->pre[1] = l->acc_pre[1], s->fp = fp, s->len = len, s->seen = 0;
         }
     }
-    if (s == NULL || s->refused || ++s->seen < H3_LEARN_INSTANCES)
+    if (s == NULL || s->refused || s->broken || ++s->seen < H3_LEARN_INSTANCES)
         return;
     for (uint32_t j = 0; j < len; j++)
         s->ids[j] = h3_learn_at(l, l->acc_first + j)->id;
@@ -533,6 +546,50 @@ static void h3_learn_island_close(struct h3_learner *l)
     atomic_fetch_add(&h3_learn_counts.islands, 1);
     H3_INFO(H3_SUB_HOOK, "a run of %u calls between refused groups came %d times the same: passed by there", len,
             H3_LEARN_INSTANCES);
+}
+
+/*
+ * The thread leaves the refused island it is in, before its end: the
+ * island's first calls came after its two calls before, and then a call
+ * that differs (a block that begins as the island does, right after
+ * another model's layers).  The island is never refused again, so that the
+ * next time its calls are kept there.  The calls passed by in it are a cut
+ * in the run that the call that broke it begins, if the learner keeps that
+ * call (`kept`: it may yet; h3_learn_pass takes the cut back when it is
+ * passed by): h3_learn_follow counts that run's instances from the next
+ * one's first call, so that a group learned from it is not rotated.
+ */
+static void h3_learn_cursor_leave(bool kept)
+{
+    struct h3_learner *l = h3_learner_tls;
+    if (h3_learn_cur.island != 0 && l != NULL) {
+        struct h3_learn_island *s = &l->islands[h3_learn_cur.island - 1];
+        if (s->refused) {
+            s->refused = false;
+            s->broken = true;
+            l->islands_refused--;
+            atomic_fetch_add(&h3_learn_counts.islands_broken, 1);
+            H3_INFO(H3_SUB_HOOK, "a refused island of %u calls broke after %u of them: it is kept again", s->len,
+                    (unsigned)h3_learn_cur.pos);
+        }
+        l->cut_len = h3_learn_cur.pos;
+        l->cut_at = UINT64_MAX;
+        h3_learn_cut_pending = true;
+    }
+    if (!kept && h3_learn_cut_pending) {
+        h3_learn_cut_pending = false;
+        if (l != NULL)
+            l->cut_len = 0; /* the call after the cut was not kept: no run begins at it */
+    }
+    h3_learn_cur.island = 0;
+}
+
+/* Plain loads when the thread is in no island and no cut waits (every
+ * refused group's call passed by). */
+static inline void h3_learn_cursor_end(bool kept)
+{
+    if (h3_learn_cur.island != 0 || h3_learn_cut_pending)
+        h3_learn_cursor_leave(kept);
 }
 
 /* A refused group's call (`refused`), or any other the learner passed by,
@@ -552,10 +609,14 @@ static void h3_learn_island_bound(bool refused)
  * ends it: a call the ring could not keep, or one too many. */
 static void h3_learn_island_kept(struct h3_learner *l, const uint64_t pre[2])
 {
-    h3_learn_cur.island = 0;
+    h3_learn_cursor_end(true);
+    uint64_t at = l->n - 1;
+    if (h3_learn_cut_pending) {
+        h3_learn_cut_pending = false;
+        l->cut_at = at; /* the call that broke the island */
+    }
     if (!l->acc_open)
         return;
-    uint64_t at = l->n - 1;
     if (h3_learn_at(l, at)->kind == H3_LEARN_GAP || (l->acc_first != UINT64_MAX && at - l->acc_first >= H3_LEARN_ISLAND_MAX)) {
         l->acc_open = false;
     } else if (l->acc_first == UINT64_MAX) {
@@ -649,12 +710,19 @@ bool h3_learn_launch_refused(const void *handle, const unsigned dims[H3_LAUNCH_D
         w++;
     if (w == H3_LEARN_FAST_WAYS || memcmp(f[w].dims, dims, sizeof(f[w].dims)) != 0)
         return false;
-    if (f[w].island != 0) { /* a refused island's: its first call, or the thread's next in it */
-        if (f[w].pos != 0 && (h3_learn_cur.island != f[w].island || h3_learn_cur.pos != f[w].pos))
+    /* A refused island's: its first call, the thread in no island, or the
+     * thread's next in it; a refused group's only where the thread is in no
+     * island (else the learner says whether the island goes on). */
+    if (f[w].island != 0) {
+        const struct h3_learn_island *s = &l->islands[f[w].island - 1];
+        if (!s->refused || (f[w].pos != 0 ? h3_learn_cur.island != f[w].island || h3_learn_cur.pos != f[w].pos
+                                          : h3_learn_cur.island != 0))
             return false;
         h3_learn_cur.island = f[w].island;
         h3_learn_cur.pos = f[w].pos;
-        h3_learn_island_step(&l->islands[f[w].island - 1]);
+        h3_learn_island_step(s);
+    } else if (h3_learn_cur.island != 0) {
+        return false;
     }
     /* the call itself is not needed */
     h3_learn_pass(NULL, f[w].id, f[w].island != 0 ? H3_SKIP_ISLAND : H3_SKIP_REFUSED);
@@ -1898,6 +1966,10 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
     struct h3_learn_candidate *c = &l->cand[free_at];
     c->period = period;
     c->start = h3_learn_run_start(l, at, period);
+    /* A run that a broken island cut: its first instance lacks the calls
+     * passed by in the island, so its instances count from the next one's. */
+    if (l->cut_len != 0 && c->start == l->cut_at && period > l->cut_len)
+        c->start += period - l->cut_len;
     c->done = false;
     if (at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * period) {
         c->done = true;
@@ -1938,7 +2010,7 @@ void h3_learn_observe(struct h3_call *c)
         if (h3_learner_tls != NULL)
             h3_learner_tls->since_repeat = 0;
         h3_learn_break(H3_SKIP_TAKEN);
-        h3_learn_cur.island = 0;
+        h3_learn_cursor_end(false);
         h3_learn_island_bound(false);
         h3_learn_note(0, true); /* should the attempt break, its GEMM is kept */
         return;
@@ -1992,8 +2064,8 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
         skipped += atomic_load(&h3_learn_counts.calls[i]);
     if (atomic_load(&h3_learn_counts.islands) != 0)
         line("learn: %u runs of calls between refused groups came %d times the same: passed by where they "
-             "come after the same two calls (refused islands)",
-             atomic_load(&h3_learn_counts.islands), H3_LEARN_INSTANCES);
+             "come after the same two calls (refused islands); %u broken since (kept again)",
+             atomic_load(&h3_learn_counts.islands), H3_LEARN_INSTANCES, atomic_load(&h3_learn_counts.islands_broken));
     line("learn: %lu calls kept, %lu not kept, %lu calls that synchronise between them",
          atomic_load(&h3_learn_counts.calls[H3_COUNT_KEPT]), skipped, atomic_load(&h3_learn_counts.calls[H3_COUNT_SYNCED]));
     for (unsigned i = 0; i < H3_SKIPS; i++)

@@ -46,6 +46,11 @@ with a mutation in every block, as a user's variant of the block would have:
            follows, as the embedding and head of a model whose calls are
            the block's), then 4 of the gapped layers made from IN's
            launches renamed, 30 times, then IN (the block, learned)
+  islands-adjacent  the same iterations, then IN from its first block on:
+           the block right after the layers, its first eight calls after
+           the island's two calls before
+  islands-alternating  4 of those iterations, then IN's first three blocks,
+           8 times: a block stack after the layers at every request
   variant  a variant of the block that no signature can hold, then the
            block: IN's first three blocks with each GEMM through cuBLAS's
            own entry point (a G line) and every launch's grid but the
@@ -93,7 +98,7 @@ def blocks_in(lines):
     return at, starts
 
 
-MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "variant", "lengths", "lt-lengths", "streams")
+MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "islands-adjacent", "islands-alternating", "variant", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -134,13 +139,20 @@ def main():
         layer.insert(7, lines[at[starts[0] + 1]])  # the block's first weight cast
         open(sys.argv[3], "w").write("\n".join(layer * 20 + lines) + "\n")
         return 0
-    if sys.argv[1] == "islands":
+    if sys.argv[1].startswith("islands"):
         at, starts = blocks_in(lines)
         if not starts:
             return 2
         layer = gapped_layer([foreign(line) for line in lines if line.startswith("L ")][:30])
         outside = [lines[at[starts[0] + j]] for j in range(8)]
-        open(sys.argv[3], "w").write("\n".join((outside + layer * 4) * 30 + lines) + "\n")
+        if sys.argv[1] == "islands":
+            out = (outside + layer * 4) * 30 + lines
+        elif sys.argv[1] == "islands-adjacent":
+            out = (outside + layer * 4) * 30 + lines[at[starts[0]]:]
+        else:
+            stack = [x for x in lines[at[starts[0]]:at[starts[0] + 3 * 42]] if not x.startswith("F ")]
+            out = ((outside + layer * 4) * 4 + stack) * 8
+        open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1] == "variant":
         at = calls(lines)

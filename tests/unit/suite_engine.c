@@ -49,6 +49,8 @@
 #define T_REPLAY_SHARED "build/tests/shared-replay.txt"
 #define T_REPLAY_VARIANT "build/tests/variant-replay.txt"
 #define T_REPLAY_ISLANDS "build/tests/islands-replay.txt"
+#define T_REPLAY_ISLANDS_ADJACENT "build/tests/islands-adjacent-replay.txt"
+#define T_REPLAY_ISLANDS_ALTERNATING "build/tests/islands-alternating-replay.txt"
 #define T_REPLAY_LENGTHS "build/tests/lengths-replay.txt"
 #define T_REPLAY_LT_LENGTHS "build/tests/lt-lengths-replay.txt"
 #define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
@@ -3171,7 +3173,8 @@ START_TEST(learning_is_bounded_and_switched_off)
      * a group refused again and again renews no patience, so the thread
      * stops looking and its calls take the idle path (they kept it looking
      * for ever before).  (Its calls between the refused group's are passed
-     * by too once they repeated, a refused island: about 1100 are kept.) */
+     * by too once they repeated, a refused island: 1084 are kept in all,
+     * so the patience is less than that.) */
     setenv("H3SHIM_LEARN_PATIENCE", "800", 1);
     stats = learning_run("learn-patience-foreign", T_REPLAY_FOREIGN_X20, true);
     unsetenv("H3SHIM_LEARN_PATIENCE");
@@ -3269,10 +3272,8 @@ END_TEST
  * them at every iteration.  Here they are the block's own first eight
  * calls.  Closed three times the same between the refused layers' calls,
  * they are refused there: passed by in that order after those two calls,
- * and forwarded by their wrappers.  The block that comes after the
- * iterations begins with the same calls after the same two (its first
- * instance loses them); its calls are kept everywhere else, and it is
- * learned and fused.
+ * and forwarded by their wrappers.  The block stacks that come after the
+ * iterations (after other calls) are kept, learned and fused.
  */
 START_TEST(calls_between_refused_layers_are_passed_by_there)
 {
@@ -3291,6 +3292,28 @@ START_TEST(calls_between_refused_layers_are_passed_by_there)
     ck_assert_msg(forwarded(stats, "__cudaLaunchKernel") >= 3430 + 20 * 9, "%s", tail_of(stats));
     /* Every block after the iterations fused, as without the island. */
     ck_assert_msg(stat_after(stats, "block-learned-2-42calls-n1797: ") >= 6, "%s", tail_of(stats));
+    free(stats);
+    /* The block right after the layers: its first eight calls come after
+     * the island's two calls before and are passed by, then its ninth
+     * differs.  The island is broken there, for good, and the stack's run
+     * counts its instances from the second block: the block is learned
+     * from the next three whole instances (the second stack here: 3 fused,
+     * 6 without islands), not rotated. */
+    stats = learning_run("learn-islands-adjacent", T_REPLAY_ISLANDS_ADJACENT, false);
+    ck_assert_msg(strstr(stats, "(refused islands); 1 broken since (kept again)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "learn: 1 groups learned, 1 refused") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(stat_after(stats, "block-learned-2-42calls-n1797: ") >= 3, "%s", tail_of(stats));
+    free(stats);
+    /* A stack of three blocks after the layers at every request: once the
+     * island broke, every later stack's first block is kept whole, and the
+     * block is learned (18 fused; 21 without islands).  Before the island
+     * broke for good and the cut run counted from its next instance, the
+     * first block lost its first calls at every stack, and a group rotated
+     * by eight calls was learned and refused in its place: nothing fused. */
+    stats = learning_run("learn-islands-alternating", T_REPLAY_ISLANDS_ALTERNATING, false);
+    ck_assert_msg(strstr(stats, "(refused islands); 1 broken since (kept again)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "learn: 1 groups learned, 1 refused") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(stat_after(stats, "block-learned-2-42calls-n1797: ") >= 18, "%s", tail_of(stats));
     free(stats);
 }
 END_TEST
