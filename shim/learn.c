@@ -154,10 +154,12 @@ struct h3_learner {
     bool acc_open;
     uint64_t acc_first, acc_pre[2];
     unsigned islands_next, islands_refused;
-    /* Where a refused island broke after cut_len of its calls, passed by
-     * (0: none), the call that broke it kept at cut_at (UINT64_MAX: not yet):
-     * a run from there begins, in truth, cut_len calls before it. */
+    /* Where the thread left refused island cut_island (slot + 1) after
+     * cut_len of its calls, passed by (0: none), and the learner kept the
+     * call after them at cut_at (UINT64_MAX: not yet): a run from there
+     * may begin, in truth, with those calls. */
     uint32_t cut_len;
+    uint8_t cut_island;
     uint64_t cut_at;
     struct h3_learn_island islands[H3_LEARN_ISLANDS];
     struct h3_learn_fast fast[H3_LEARN_FAST];
@@ -466,11 +468,12 @@ struct h3_learn_place {
     uint8_t island, pos;
 };
 
-/* The thread's place in island `s` moves past one of its calls. */
-static inline void h3_learn_island_step(const struct h3_learn_island *s)
+/* The thread's place in its island moves past one of its calls; past the
+ * last it stays in it (pos == len) until the next call says whether the
+ * island ended there (h3_learn_cursor_leave). */
+static inline void h3_learn_island_step(void)
 {
-    if (++h3_learn_cur.pos >= s->len)
-        h3_learn_cur.island = 0;
+    h3_learn_cur.pos++;
 }
 
 /*
@@ -487,9 +490,9 @@ static enum h3_learn_skip h3_learn_passes(const struct h3_call *c, uint64_t id, 
     *at = (struct h3_learn_place){0, 0};
     if (h3_learn_cur.island != 0 && l != NULL) {
         const struct h3_learn_island *s = &l->islands[h3_learn_cur.island - 1];
-        if (s->ids[h3_learn_cur.pos] == id) {
+        if (h3_learn_cur.pos < s->len && s->ids[h3_learn_cur.pos] == id) {
             *at = (struct h3_learn_place){h3_learn_cur.island, h3_learn_cur.pos};
-            h3_learn_island_step(s);
+            h3_learn_island_step();
             return H3_SKIP_ISLAND;
         }
     }
@@ -503,7 +506,7 @@ static enum h3_learn_skip h3_learn_passes(const struct h3_call *c, uint64_t id, 
             *at = (struct h3_learn_place){(uint8_t)(i + 1), 0};
             h3_learn_cur.island = (uint8_t)(i + 1);
             h3_learn_cur.pos = 0;
-            h3_learn_island_step(s);
+            h3_learn_island_step();
             return H3_SKIP_ISLAND;
         }
     }
@@ -548,40 +551,49 @@ static void h3_learn_island_close(struct h3_learner *l)
             H3_LEARN_INSTANCES);
 }
 
+/* Island `s` came, and a call that the learner keeps followed its first
+ * `pos` calls (a block that begins as the island does, right after another
+ * model's layers): it is never refused again, so that the next time its
+ * calls are kept there. */
+static void h3_learn_island_break(struct h3_learner *l, struct h3_learn_island *s, unsigned pos)
+{
+    if (!s->refused)
+        return;
+    s->refused = false;
+    s->broken = true;
+    l->islands_refused--;
+    atomic_fetch_add(&h3_learn_counts.islands_broken, 1);
+    H3_INFO(H3_SUB_HOOK, "a refused island of %u calls broke after %u of them: it is kept again", s->len, pos);
+}
+
 /*
- * The thread leaves the refused island it is in, before its end: the
- * island's first calls came after its two calls before, and then a call
- * that differs (a block that begins as the island does, right after
- * another model's layers).  The island is never refused again, so that the
- * next time its calls are kept there.  The calls passed by in it are a cut
- * in the run that the call that broke it begins, if the learner keeps that
- * call (`kept`: it may yet; h3_learn_pass takes the cut back when it is
- * passed by): h3_learn_follow counts that run's instances from the next
- * one's first call, so that a group learned from it is not rotated.
+ * The thread leaves the refused island it is in.  Before its end, a call
+ * that differs broke it (h3_learn_island_break).  After its end, a call
+ * that the learner passes by ends it as its closings did; one it keeps
+ * (`kept`: the call may yet be kept, h3_learn_pass says when it is not)
+ * breaks it too.  The calls passed by in it are a cut in the run that the
+ * kept call begins (h3_learn_island_kept): h3_learn_follow counts that
+ * run's instances from the next one's first call, so that a group learned
+ * from it is not rotated.
  */
 static void h3_learn_cursor_leave(bool kept)
 {
     struct h3_learner *l = h3_learner_tls;
     if (h3_learn_cur.island != 0 && l != NULL) {
         struct h3_learn_island *s = &l->islands[h3_learn_cur.island - 1];
-        if (s->refused) {
-            s->refused = false;
-            s->broken = true;
-            l->islands_refused--;
-            atomic_fetch_add(&h3_learn_counts.islands_broken, 1);
-            H3_INFO(H3_SUB_HOOK, "a refused island of %u calls broke after %u of them: it is kept again", s->len,
-                    (unsigned)h3_learn_cur.pos);
-        }
+        if (h3_learn_cur.pos < s->len)
+            h3_learn_island_break(l, s, h3_learn_cur.pos);
+        l->cut_island = h3_learn_cur.island;
         l->cut_len = h3_learn_cur.pos;
         l->cut_at = UINT64_MAX;
         h3_learn_cut_pending = true;
     }
+    h3_learn_cur.island = 0;
     if (!kept && h3_learn_cut_pending) {
         h3_learn_cut_pending = false;
         if (l != NULL)
             l->cut_len = 0; /* the call after the cut was not kept: no run begins at it */
     }
-    h3_learn_cur.island = 0;
 }
 
 /* Plain loads when the thread is in no island and no cut waits (every
@@ -611,9 +623,10 @@ static void h3_learn_island_kept(struct h3_learner *l, const uint64_t pre[2])
 {
     h3_learn_cursor_end(true);
     uint64_t at = l->n - 1;
-    if (h3_learn_cut_pending) {
+    if (h3_learn_cut_pending) { /* the call after the island's calls, kept: the island broke there */
         h3_learn_cut_pending = false;
-        l->cut_at = at; /* the call that broke the island */
+        h3_learn_island_break(l, &l->islands[l->cut_island - 1], l->cut_len);
+        l->cut_at = at;
     }
     if (!l->acc_open)
         return;
@@ -720,9 +733,9 @@ bool h3_learn_launch_refused(const void *handle, const unsigned dims[H3_LAUNCH_D
             return false;
         h3_learn_cur.island = f[w].island;
         h3_learn_cur.pos = f[w].pos;
-        h3_learn_island_step(s);
-    } else if (h3_learn_cur.island != 0) {
-        return false;
+        h3_learn_island_step();
+    } else if (h3_learn_cur.island != 0 && h3_learn_cur.pos < l->islands[h3_learn_cur.island - 1].len) {
+        return false; /* past the island's end, a refused group's call ends it as its closings did */
     }
     /* the call itself is not needed */
     h3_learn_pass(NULL, f[w].id, f[w].island != 0 ? H3_SKIP_ISLAND : H3_SKIP_REFUSED);
@@ -1966,10 +1979,19 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
     struct h3_learn_candidate *c = &l->cand[free_at];
     c->period = period;
     c->start = h3_learn_run_start(l, at, period);
-    /* A run that a broken island cut: its first instance lacks the calls
-     * passed by in the island, so its instances count from the next one's. */
-    if (l->cut_len != 0 && c->start == l->cut_at && period > l->cut_len)
-        c->start += period - l->cut_len;
+    /* A run that a broken island cut: where the calls passed by in it are
+     * the run's own (each equal to the call a whole number of periods after
+     * it), its first instance lacks them, and its instances count from the
+     * next one's first call. */
+    if (l->cut_len != 0 && c->start == l->cut_at) {
+        const struct h3_learn_island *s = &l->islands[l->cut_island - 1];
+        uint32_t shift = (period - l->cut_len % period) % period;
+        bool theirs = true;
+        for (uint32_t j = 0; j < l->cut_len && theirs; j++)
+            theirs = h3_learn_at(l, l->cut_at + (shift + j) % period)->id == s->ids[j];
+        if (theirs)
+            c->start += shift;
+    }
     c->done = false;
     if (at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * period) {
         c->done = true;

@@ -148,12 +148,12 @@ $(B)/tests/shared-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/r
 	python3 tests/tools/replay_mutate.py shared $< $@
 ALIAS_REPLAYS += $(B)/tests/shared-replay.txt
 # Another model's iterations with the block's first calls outside its layers, then the block.
-# The same with the block right after the layers, and a stack after the layers at every request.
-$(B)/tests/islands-replay.txt $(B)/tests/islands-adjacent-replay.txt $(B)/tests/islands-alternating-replay.txt: \
-		$(B)/tests/islands%replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+# The same with the block right after the layers, a stack after the layers at every request, and
+# islands that begin as the block does, hold more than a block, or hold its first calls whole.
+ISLAND_REPLAYS = $(patsubst %,$(B)/tests/islands%replay.txt,- -adjacent- -alternating- -preamble- -long- -whole-)
+$(ISLAND_REPLAYS): $(B)/tests/islands%replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py islands$(patsubst %-,%,$*) $< $@
-ALIAS_REPLAYS += $(B)/tests/islands-replay.txt $(B)/tests/islands-adjacent-replay.txt \
-	$(B)/tests/islands-alternating-replay.txt
+ALIAS_REPLAYS += $(ISLAND_REPLAYS)
 # A variant of the block with cuBLAS's own GEMMs, then the block; another model's layers
 # at 70 prompt lengths, then the block (both learned after them).
 $(B)/tests/variant-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py

@@ -51,6 +51,17 @@ with a mutation in every block, as a user's variant of the block would have:
            the island's two calls before
   islands-alternating  4 of those iterations, then IN's first three blocks,
            8 times: a block stack after the layers at every request
+  islands-preamble  the islands' iterations with the calls outside the
+           layers another model's (the block's first eight renamed), then
+           two of them and two stacks of three blocks, then IN from its
+           first block: two calls that begin the island right after the
+           layers, before a block stack
+  islands-long  the iterations with the block's first 50 calls outside the
+           layers (more than a block), then two stacks of three blocks and
+           IN from its first block
+  islands-whole  the alternating stream with the layers beginning with the
+           block's ninth and tenth calls: the island is the block's first
+           ten calls, whole, and the stack after the layers goes on past it
   variant  a variant of the block that no signature can hold, then the
            block: IN's first three blocks with each GEMM through cuBLAS's
            own entry point (a G line) and every launch's grid but the
@@ -98,7 +109,8 @@ def blocks_in(lines):
     return at, starts
 
 
-MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "islands-adjacent", "islands-alternating", "variant", "lengths", "lt-lengths", "streams")
+MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "islands-adjacent", "islands-alternating",
+         "islands-preamble", "islands-long", "islands-whole", "variant", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -144,14 +156,24 @@ def main():
         if not starts:
             return 2
         layer = gapped_layer([foreign(line) for line in lines if line.startswith("L ")][:30])
-        outside = [lines[at[starts[0] + j]] for j in range(8)]
-        if sys.argv[1] == "islands":
+        block = [lines[at[starts[0] + j]] for j in range(50)]
+        outside = block[:8]
+        stack = [x for x in lines[at[starts[0]]:at[starts[0] + 3 * 42]] if not x.startswith("F ")]
+        after = lines[at[starts[0]]:]  # IN from its first block
+        mode = sys.argv[1]
+        if mode == "islands":
             out = (outside + layer * 4) * 30 + lines
-        elif sys.argv[1] == "islands-adjacent":
-            out = (outside + layer * 4) * 30 + lines[at[starts[0]]:]
-        else:
-            stack = [x for x in lines[at[starts[0]]:at[starts[0] + 3 * 42]] if not x.startswith("F ")]
+        elif mode == "islands-adjacent":
+            out = (outside + layer * 4) * 30 + after
+        elif mode == "islands-alternating":
             out = ((outside + layer * 4) * 4 + stack) * 8
+        elif mode == "islands-preamble":
+            outside = [foreign(x, 1) for x in outside]
+            out = (outside + layer * 4) * 30 + outside[:2] + stack * 2 + after
+        elif mode == "islands-long":
+            out = (block + layer * 4) * 30 + stack * 2 + after
+        else:  # islands-whole
+            out = ((outside + block[8:10] + layer * 4) * 4 + stack) * 8
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1] == "variant":

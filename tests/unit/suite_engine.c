@@ -51,6 +51,9 @@
 #define T_REPLAY_ISLANDS "build/tests/islands-replay.txt"
 #define T_REPLAY_ISLANDS_ADJACENT "build/tests/islands-adjacent-replay.txt"
 #define T_REPLAY_ISLANDS_ALTERNATING "build/tests/islands-alternating-replay.txt"
+#define T_REPLAY_ISLANDS_PREAMBLE "build/tests/islands-preamble-replay.txt"
+#define T_REPLAY_ISLANDS_LONG "build/tests/islands-long-replay.txt"
+#define T_REPLAY_ISLANDS_WHOLE "build/tests/islands-whole-replay.txt"
 #define T_REPLAY_LENGTHS "build/tests/lengths-replay.txt"
 #define T_REPLAY_LT_LENGTHS "build/tests/lt-lengths-replay.txt"
 #define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
@@ -3315,6 +3318,30 @@ START_TEST(calls_between_refused_layers_are_passed_by_there)
     ck_assert_msg(strstr(stats, "learn: 1 groups learned, 1 refused") != NULL, "%s", tail_of(stats));
     ck_assert_msg(stat_after(stats, "block-learned-2-42calls-n1797: ") >= 18, "%s", tail_of(stats));
     free(stats);
+    /* Where the island breaks, the block learned is the block (its first
+     * op's range at its first call), not a rotation of it: two calls that
+     * begin the island right after the layers, then block stacks (the cut
+     * is not the stacks' run's: no count from another instance); an
+     * island longer than a block (the cut, 50 calls, more than a period);
+     * an island that is the block's first ten calls whole, the stack going
+     * on past its end (a kept call after the end breaks it too).  Each
+     * learned a block rotated, refused or fused wrongly, before. */
+    static const struct {
+        const char *replay;
+        long complete;
+    } more[] = {{T_REPLAY_ISLANDS_PREAMBLE, 8}, {T_REPLAY_ISLANDS_LONG, 6}, {T_REPLAY_ISLANDS_WHOLE, 18}};
+    for (unsigned i = 0; i < H3_ARRAY_LEN_T(more); i++) {
+        stats = learning_run("learn-islands-more", more[i].replay, false);
+        ck_assert_msg(strstr(stats, "(refused islands); 1 broken since (kept again)") != NULL, "%s: %s",
+                      more[i].replay, tail_of(stats));
+        ck_assert_msg(strstr(stats, "learn: 1 groups learned, 1 refused") != NULL &&
+                          strstr(stats, "plan learned/block-learned-2-42calls-n1797: op norm_cast takes calls 0,3") !=
+                              NULL,
+                      "%s: %s", more[i].replay, tail_of(stats));
+        ck_assert_msg(stat_after(stats, "block-learned-2-42calls-n1797: ") >= more[i].complete, "%s: %s",
+                      more[i].replay, tail_of(stats));
+        free(stats);
+    }
 }
 END_TEST
 
