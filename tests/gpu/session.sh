@@ -187,7 +187,12 @@ for step in "${steps[@]}"; do
                         LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_STATS=1 H3SHIM_LEARN=$learn H3_ROBUST_PAUSE=1 \
                         H3_ROBUST_PAIR_ITERS=1 python3 tests/gpu/robust.py --child workloads
                 done
-            done ;;
+            done
+            ev="tests/evidence/$(date -u +%F)-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 |
+                tr 'A-Z ' 'a-z-')-learner-costs"
+            python3 tests/tools/trace_learner.py --evidence "$ev" "$work" \
+                $(tr , ' ' <<<"${PAIRS_WORKLOADS:-llama_8l_fp16,vit_b16_bf16}") && cp "$ev".json "$ev".md "$work"/
+            pack ;;
         graphs)
             run graphs-weights 150 python3 tests/gpu/test_weight_cache.py --graphs
             run graphs-quick 150 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms SG,NG --rounds 1 --tag=-quick-graphs

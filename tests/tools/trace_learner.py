@@ -7,6 +7,12 @@ order with their `learner` field (kept, or why not), and the counts by
 learner field and by entry point over the loop.
 
     python3 tests/tools/trace_learner.py TRACE.jsonl [--iters 20] [--json OUT.json]
+    python3 tests/tools/trace_learner.py --evidence PREFIX DIR WORKLOAD...
+
+The second form joins what session.sh's learner-costs step left in DIR for
+each workload (learner-trace-W.json, learner-stats-W-learn1.log and -learn0.log:
+robust.py's child with stats, its pairs observed over paused) into
+PREFIX.json and PREFIX.md.
 
 A call the learner kept takes the whole observed path at every iteration;
 one passed by as a refused group's goes by its wrapper from the second
@@ -27,7 +33,59 @@ def short(name, width=70):
     return name if len(name) <= width else name[:width - 3] + "..."
 
 
+def evidence(prefix, d, workloads):
+    """The learner-costs step's files for `workloads` in directory `d`, joined into PREFIX.json and .md."""
+    import os
+    import re
+    import subprocess
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip().splitlines()[0]
+    except (OSError, IndexError):
+        gpu = "GPU unknown"
+    try:
+        import torch
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = "unknown"
+    out, md = {"gpu": gpu, "torch": torch_version}, [
+        "# The learner against other models' calls (session.sh learner-costs)\n",
+        f"{gpu}, torch {torch_version}. For each workload of robust.py alone: a traced process, what the learner "
+        "did with each call of one iteration (tests/tools/trace_learner.py); then robust.py's child with "
+        "H3SHIM_STATS=1 and its pairs of one iteration, observing over paused, with learning on and off.\n"]
+    for w in workloads:
+        t = json.load(open(os.path.join(d, f"learner-trace-{w}.json")))
+        item = {"trace": {k: t[k] for k in ("calls_per_iter", "by_learner", "by_api")}, "stats": {}}
+        for learn in ("1", "0"):
+            lines = open(os.path.join(d, f"learner-stats-{w}-learn{learn}.log")).read().splitlines()
+            res = next((json.loads(x) for x in reversed(lines) if x.startswith("{")), {}).get(w, {})
+            shim = res.get("shim", {})
+            item["stats"][f"learn{learn}"] = {
+                "observed_over_paused": shim.get("observed_over_paused"),
+                "host_observed_over_paused": shim.get("host_observed_over_paused"),
+                "own_share_observed": shim.get("own_share_observed"), "pairs": shim.get("pairs"),
+                "ms": res.get("ms"),
+                "lines": [re.sub(r"^h3shim: \d+ stats: ", "", x) for x in lines
+                          if re.search(r"stats: (__cuda|cublas|cudnn|forwarded|learn: |shim host time:)", x)]}
+        out[w] = item
+        md.append(f"## {w}\n\nTraced (robust.py's timed loops), what the learner did with one iteration's "
+                  f"{t['calls_per_iter']:.0f} calls:\n")
+        md += [f"- {k}: {v / t['iters']:.1f} an iteration" for k, v in sorted(t["by_learner"].items())]
+        for learn, st in item["stats"].items():
+            md.append(f"\nWith stats, H3SHIM_LEARN={learn[-1]}, {st['pairs']} pairs of one iteration in one process: "
+                      f"observed over paused {st['observed_over_paused']:.4f} (host dispatch "
+                      f"{st['host_observed_over_paused']:.4f}), the shim's own time {100 * st['own_share_observed']:.2f}% "
+                      f"of the observed loops:\n")
+            md += [f"    {x}" for x in st["lines"]]
+        md.append("")
+    json.dump(out, open(prefix + ".json", "w"), indent=1)
+    open(prefix + ".md", "w").write("\n".join(md) + "\n")
+
+
 def main():
+    if len(sys.argv) > 3 and sys.argv[1] == "--evidence":
+        evidence(sys.argv[2], sys.argv[3], sys.argv[4:])
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--iters", type=int, default=20, help="iterations a loop")
