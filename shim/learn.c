@@ -1979,18 +1979,18 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
     struct h3_learn_candidate *c = &l->cand[free_at];
     c->period = period;
     c->start = h3_learn_run_start(l, at, period);
-    /* A run that a broken island cut: where the calls passed by in it are
-     * the run's own (each equal to the call a whole number of periods after
-     * it), its first instance lacks them, and its instances count from the
-     * next one's first call. */
+    /* A run that a broken island cut: where the last m calls passed by in
+     * it are the run's own (each equal to the call a whole number of
+     * periods after it), its first instance lacks them, and its instances
+     * count from the next one's first call.  The calls before those m are
+     * another's (the island began before the run). */
     if (l->cut_len != 0 && c->start == l->cut_at) {
         const struct h3_learn_island *s = &l->islands[l->cut_island - 1];
-        uint32_t shift = (period - l->cut_len % period) % period;
-        bool theirs = true;
-        for (uint32_t j = 0; j < l->cut_len && theirs; j++)
-            theirs = h3_learn_at(l, l->cut_at + (shift + j) % period)->id == s->ids[j];
-        if (theirs)
-            c->start += shift;
+        uint32_t m = 0;
+        while (m < l->cut_len &&
+               s->ids[l->cut_len - 1 - m] == h3_learn_at(l, l->cut_at + (period - (m + 1) % period) % period)->id)
+            m++;
+        c->start += (period - m % period) % period;
     }
     c->done = false;
     if (at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * period) {

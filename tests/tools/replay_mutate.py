@@ -62,6 +62,12 @@ with a mutation in every block, as a user's variant of the block would have:
   islands-whole  the alternating stream with the layers beginning with the
            block's ninth and tenth calls: the island is the block's first
            ten calls, whole, and the stack after the layers goes on past it
+  islands-suffix  the alternating stream with the calls outside the layers
+           two of another model's, then the block's first eight, and a
+           stack of three blocks and 50 calls after the layers after those
+           two: the island's calls passed by end with the block's first
+           eight, but do not begin with them, and the stack holds three
+           instances after them
   variant  a variant of the block that no signature can hold, then the
            block: IN's first three blocks with each GEMM through cuBLAS's
            own entry point (a G line) and every launch's grid but the
@@ -110,7 +116,7 @@ def blocks_in(lines):
 
 
 MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "islands-adjacent", "islands-alternating",
-         "islands-preamble", "islands-long", "islands-whole", "variant", "lengths", "lt-lengths", "streams")
+         "islands-preamble", "islands-long", "islands-whole", "islands-suffix", "variant", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -172,8 +178,11 @@ def main():
             out = (outside + layer * 4) * 30 + outside[:2] + stack * 2 + after
         elif mode == "islands-long":
             out = (block + layer * 4) * 30 + stack * 2 + after
-        else:  # islands-whole
+        elif mode == "islands-whole":
             out = ((outside + block[8:10] + layer * 4) * 4 + stack) * 8
+        else:  # islands-suffix
+            outside = [foreign(x, 1) for x in block[:2]] + outside
+            out = ((outside + layer * 4) * 4 + outside[:2] + stack + block) * 8
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1] == "variant":

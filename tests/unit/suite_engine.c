@@ -54,6 +54,7 @@
 #define T_REPLAY_ISLANDS_PREAMBLE "build/tests/islands-preamble-replay.txt"
 #define T_REPLAY_ISLANDS_LONG "build/tests/islands-long-replay.txt"
 #define T_REPLAY_ISLANDS_WHOLE "build/tests/islands-whole-replay.txt"
+#define T_REPLAY_ISLANDS_SUFFIX "build/tests/islands-suffix-replay.txt"
 #define T_REPLAY_LENGTHS "build/tests/lengths-replay.txt"
 #define T_REPLAY_LT_LENGTHS "build/tests/lt-lengths-replay.txt"
 #define T_REPLAY_SERVING "build/tests/h3-serving3-a-replay.txt"
@@ -3324,12 +3325,16 @@ START_TEST(calls_between_refused_layers_are_passed_by_there)
      * is not the stacks' run's: no count from another instance); an
      * island longer than a block (the cut, 50 calls, more than a period);
      * an island that is the block's first ten calls whole, the stack going
-     * on past its end (a kept call after the end breaks it too).  Each
-     * learned a block rotated, refused or fused wrongly, before. */
+     * on past its end (a kept call after the end breaks it too); an
+     * island of two other calls and the block's first eight, whose last
+     * eight only are the stack's (the cut counts the block's calls at its
+     * end).  Each learned a block rotated, refused or fused wrongly,
+     * before. */
     static const struct {
         const char *replay;
         long complete;
-    } more[] = {{T_REPLAY_ISLANDS_PREAMBLE, 8}, {T_REPLAY_ISLANDS_LONG, 6}, {T_REPLAY_ISLANDS_WHOLE, 18}};
+    } more[] = {{T_REPLAY_ISLANDS_PREAMBLE, 8}, {T_REPLAY_ISLANDS_LONG, 6}, {T_REPLAY_ISLANDS_WHOLE, 18},
+                 {T_REPLAY_ISLANDS_SUFFIX, 18}};
     for (unsigned i = 0; i < H3_ARRAY_LEN_T(more); i++) {
         stats = learning_run("learn-islands-more", more[i].replay, false);
         ck_assert_msg(strstr(stats, "(refused islands); 1 broken since (kept again)") != NULL, "%s: %s",
