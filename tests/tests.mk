@@ -149,7 +149,8 @@ $(B)/tests/shared-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/r
 ALIAS_REPLAYS += $(B)/tests/shared-replay.txt
 # Another model's iterations with the block's first calls outside its layers, then the block.
 # The same with the block right after the layers, a stack after the layers at every request, and
-# islands that begin as the block does, hold more than a block, or hold its first calls whole.
+# islands that begin as the block does, hold more than a block, hold its first calls whole, or end
+# with them after another model's.
 ISLAND_REPLAYS = $(patsubst %,$(B)/tests/islands%replay.txt,- -adjacent- -alternating- -preamble- -long- -whole- -suffix-)
 $(ISLAND_REPLAYS): $(B)/tests/islands%replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py islands$(patsubst %-,%,$*) $< $@
