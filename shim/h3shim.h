@@ -204,6 +204,7 @@ struct h3_thread {
     struct h3_matcher *matcher; /* match.c: this thread's matcher, once it has matched a call */
     bool expects_matmul;        /* match.c: a signature expects a GEMM next (h3_match_wants_matmul, any stream) */
     bool learn_gemms;           /* learn.c: the learner would keep this thread's next GEMM (not inside a refused group) */
+    bool learn_quiet;           /* learn.c: the learner passed by every call for H3SHIM_LEARN_QUIET calls (its launches idle) */
     bool attempting;            /* match.c: an attempt at a signature is in progress (any stream) */
     unsigned idle_epoch;        /* hooks.c: h3_hot.idle_epoch + 1 when h3_idle_keys were noted; 0: none */
     unsigned refused_epoch;     /* learn.c: the same, for the learner's refused launches (h3_learn_fast_note) */

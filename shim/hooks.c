@@ -167,7 +167,7 @@ static inline bool h3_launch_idle_fast(const void *key)
  * (h3_learn_fast_note), and the thread's calls may go unobserved. */
 static inline bool h3_launch_refused_fast(const void *handle, const unsigned dims[H3_LAUNCH_DIMS])
 {
-    return h3_thread.refused_epoch != 0 && h3_thread_unwatched() && /* 0: nothing noted (learning off) */
+    return h3_thread.refused_epoch != 0 && !h3_thread.learn_quiet && h3_thread_unwatched() && /* 0: nothing noted (learning off) */
            h3_learn_launch_refused(handle, dims, atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1);
 }
 
@@ -210,6 +210,14 @@ static inline bool h3_libcall_idle_fast(enum h3_fn fn)
     return fn != H3_FN_cublasLtMatmul && fn != H3_FN_cudnnBackendExecute && h3_thread_idle_fast();
 }
 
+/* The thread's learner woke from its quiet (h3_learn_quiet_passes) at this
+ * call: the launches noted idle while it was quiet are looked at again. */
+static inline void h3_idle_forget_if_woke(bool was_quiet)
+{
+    if (was_quiet && !h3_thread.learn_quiet)
+        h3_thread.idle_epoch = 0;
+}
+
 /*
  * The pipeline for a described call: the engine's first look (captures,
  * matching off), then whether anything could depend on the call (idle),
@@ -226,9 +234,11 @@ static bool h3_call_decide(struct h3_call *c)
      * begins with this call, so the matcher has nothing to do with it; only
      * the learner may want it. */
     bool quiet = h3_engine_quiet(c), unmatched = quiet && c->kind != H3_KIND_SYNC && h3_match_idle(c);
+    const bool learn_quiet = h3_thread.learn_quiet;
     if (quiet && (c->kind == H3_KIND_SYNC || (unmatched && !h3_learn_wants(c)))) {
         c->reason = "idle";
-        if (c->kind == H3_KIND_LAUNCH && !h3_learn_looking())
+        h3_idle_forget_if_woke(learn_quiet);
+        if (c->kind == H3_KIND_LAUNCH && (!h3_learn_looking() || h3_thread.learn_quiet))
             h3_idle_note(c, h3_call_epoch);
         else if (c->kind == H3_KIND_LAUNCH)
             h3_learn_fast_note(c, h3_call_epoch);
@@ -244,6 +254,7 @@ static bool h3_call_decide(struct h3_call *c)
         else
             h3_match_call(c);
         h3_learn_observe(c);
+        h3_idle_forget_if_woke(learn_quiet);
         if (h3_hot.trace_on)
             c->learner = h3_learn_take_what();
         if (h3_hot.stats) /* from the end of the description */
@@ -280,7 +291,8 @@ static inline bool h3_call_unwanted_fast(void)
  * h3_call_decide would find idle (no signature has one).
  */
 #define H3_GEMM_REFUSED_FAST(lib, name, describe)                                \
-    (H3_LIB_##lib == H3_LIB_CUBLAS && h3_hot.learn_on && h3_hot.match_on && h3_thread_unwatched() &&   \
+    (H3_LIB_##lib == H3_LIB_CUBLAS && h3_hot.learn_on && h3_hot.match_on && !h3_thread.learn_quiet &&    \
+     h3_thread_unwatched() &&                                                    \
      h3_learn_looking() &&                                                       \
      (c->fn = H3_FN_##name, c->kind = H3_KIND_LIBCALL, c->detail = c->probe = true,  \
       (describe), c->probe = false, h3_learn_gemm_refused(c)))

@@ -62,6 +62,9 @@
  * (h3_learn_island_close). */
 #define H3_LEARN_ISLANDS 8
 #define H3_LEARN_ISLAND_MAX 64
+/* Identities a thread passed by, remembered for its quiet (a power of two;
+ * h3_learn_passed_add). */
+#define H3_LEARN_PASSED 512
 
 /* The rules of record_signature.py, with its numbers. */
 #define H3_LEARN_DEVICE_RADIUS (256ull << 20)
@@ -116,7 +119,9 @@ struct h3_learn_fast {
     uint64_t id;
     unsigned dims[H3_LAUNCH_DIMS];
     uint8_t island, pos; /* a refused island's call (its slot + 1, its place in it), or 0 */
+    uint16_t gen;        /* the learner's passed_gen when `id` was last put in its passed set */
 } __attribute__((aligned(64))); /* one line a look */
+_Static_assert(sizeof(struct h3_learn_fast) == 64, "a refused launch's entry is one cache line");
 
 /*
  * A run of kept calls between two calls of refused groups (another model's
@@ -163,6 +168,14 @@ struct h3_learner {
     uint64_t cut_at;
     struct h3_learn_island islands[H3_LEARN_ISLANDS];
     struct h3_learn_fast fast[H3_LEARN_FAST];
+    /* Quiet (h3_learn_quiet_count): calls passed by in a row since the
+     * learner last kept one, the identities of those passed by (emptied
+     * when full, passed_gen moving on), the epoch the thread went quiet
+     * in (h3_hot.idle_epoch + 1) and how often it did. */
+    uint64_t quiet_run;
+    unsigned quiet_epoch, quiet_times;
+    uint16_t passed_gen;
+    uint64_t passed[H3_LEARN_PASSED];
 };
 
 static H3_TLS struct h3_learner *h3_learner_tls;
@@ -207,19 +220,20 @@ static atomic_uint h3_learn_planned, h3_learn_derived_all;
 static atomic_ullong h3_learn_refused_ids[H3_LEARN_REFUSED_IDS];
 /* Why a call was not kept. */
 enum h3_learn_skip { H3_SKIP_TAKEN, H3_SKIP_LAUNCH, H3_SKIP_MATMUL, H3_SKIP_CUDNN, H3_SKIP_OTHER, H3_SKIP_REFUSED,
-                     H3_SKIP_ISLAND, H3_SKIPS,
+                     H3_SKIP_ISLAND, H3_SKIP_QUIET, H3_SKIPS,
                      /* and the other per-call counts: */
                      H3_COUNT_KEPT = H3_SKIPS, H3_COUNT_SYNCED, H3_COUNTS };
 static const char *const h3_learn_skip_names[H3_SKIPS] = {
     "continuing a signature's attempt", "launches without known parameters", "GEMMs without a full description",
     "cuDNN executions without a known variant pack", "other library calls", "of refused groups",
-    "between refused groups, repeating (refused islands)"};
+    "between refused groups, repeating (refused islands)",
+    "looked at while the thread was quiet, of identities it had passed by"};
 static enum h3_learn_skip h3_learn_skip_of(const struct h3_call *c);
 static void h3_learn_break(enum h3_learn_skip why);
 static uint64_t h3_learn_unkept_prev(const struct h3_call *c);
 static struct h3_learn_call *h3_learn_at(struct h3_learner *l, uint64_t pos);
 static struct {
-    atomic_uint learned, refused, threads, stopped, islands, islands_broken;
+    atomic_uint learned, refused, threads, stopped, islands, islands_broken, quiet, woke;
     atomic_ulong refused_calls;
     atomic_ulong calls[H3_COUNTS]; /* by enum h3_learn_skip: not kept, kept, synchronising */
 } h3_learn_counts;
@@ -232,6 +246,7 @@ static void h3_learner_free(void *arg)
 {
     struct h3_learner *l = arg;
     h3_learner_tls = NULL;
+    h3_thread.learn_quiet = false;
     h3_learn_cur.island = 0; /* its islands go with it */
     h3_learn_cut_pending = false;
     h3_learner_failed = true; /* a call after the key's destructor makes no new one */
@@ -380,6 +395,10 @@ static inline void h3_learn_note(uint64_t id, bool gemms)
 
 static void h3_learn_island_bound(bool refused);
 static inline void h3_learn_cursor_end(bool kept);
+static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_learn_skip why);
+static bool h3_learn_quiet_passes(const struct h3_call *c, uint64_t id);
+static void h3_learn_wake(struct h3_learner *l);
+static void h3_learn_passed_add(struct h3_learner *l, uint64_t id, bool island);
 
 /* A call passed by, unkept: a refused group's or a refused island's (`why`;
  * `id` its identity; `c` is not read then), or one the learner cannot keep
@@ -396,6 +415,7 @@ static void h3_learn_pass(const struct h3_call *c, uint64_t id, enum h3_learn_sk
         h3_learn_cursor_end(false);
     h3_learn_island_bound(prev != 0 && (id == 0 || why != H3_SKIP_ISLAND));
     h3_learn_note(prev, prev == 0);
+    h3_learn_quiet_count(c, id, why);
 }
 
 static inline uint64_t h3_learn_triple(uint64_t before2, uint64_t before1, uint64_t id)
@@ -648,6 +668,8 @@ bool h3_learn_wants(const struct h3_call *c)
         return false;
     }
     uint64_t id = h3_learn_identity(c);
+    if (h3_thread.learn_quiet && h3_learn_quiet_passes(c, id))
+        return false;
     struct h3_learn_place at = {0, 0};
     enum h3_learn_skip why = id != 0 ? h3_learn_passes(c, id, &at) : H3_COUNT_KEPT;
     if (id != 0 && why == H3_COUNT_KEPT) {
@@ -696,7 +718,7 @@ void h3_learn_fast_note(const struct h3_call *c, unsigned epoch)
     }
     *f = (struct h3_learn_fast){c->handle, {h3_learn_passed.before[0], h3_learn_passed.before[1]}, h3_learn_passed.id,
                                 {c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2], c->shmem},
-                                h3_learn_passed.island, h3_learn_passed.pos};
+                                h3_learn_passed.island, h3_learn_passed.pos, l->passed_gen};
 }
 
 bool h3_learn_gemm_refused(const struct h3_call *c)
@@ -715,9 +737,10 @@ bool h3_learn_gemm_refused(const struct h3_call *c)
 bool h3_learn_launch_refused(const void *handle, const unsigned dims[H3_LAUNCH_DIMS], unsigned epoch)
 {
     struct h3_learner *l = h3_learner_tls;
-    if (h3_thread.refused_epoch != epoch || l == NULL || handle == NULL || !h3_learn_looking())
-        return false;
-    const struct h3_learn_fast *f = &l->fast[h3_learn_fast_set(handle, h3_learn_prev)];
+    if (h3_thread.refused_epoch != epoch || l == NULL || handle == NULL || h3_thread.learn_quiet ||
+        !h3_learn_looking())
+        return false; /* quiet: h3_call_decide notes it idle */
+    struct h3_learn_fast *f = &l->fast[h3_learn_fast_set(handle, h3_learn_prev)];
     unsigned w = 0;
     while (w < H3_LEARN_FAST_WAYS && !h3_learn_fast_is(&f[w], handle, h3_learn_prev))
         w++;
@@ -736,6 +759,10 @@ bool h3_learn_launch_refused(const void *handle, const unsigned dims[H3_LAUNCH_D
         h3_learn_island_step();
     } else if (h3_learn_cur.island != 0 && h3_learn_cur.pos < l->islands[h3_learn_cur.island - 1].len) {
         return false; /* past the island's end, a refused group's call ends it as its closings did */
+    }
+    if (f[w].gen != l->passed_gen) { /* the passed set was emptied since it was noted */
+        h3_learn_passed_add(l, f[w].id, f[w].island != 0);
+        f[w].gen = l->passed_gen;
     }
     /* the call itself is not needed */
     h3_learn_pass(NULL, f[w].id, f[w].island != 0 ? H3_SKIP_ISLAND : H3_SKIP_REFUSED);
@@ -826,6 +853,131 @@ void h3_learn_sync(void)
         l->synced = true;
         h3_learn_count(H3_COUNT_SYNCED);
     }
+}
+
+/* ---- quiet: a thread whose every call the learner passes by ---- */
+
+/* An identity's first slot in the passed set (identities end in a set bit). */
+static inline unsigned h3_learn_passed_slot(uint64_t id, unsigned i)
+{
+    return (unsigned)((id >> 11) + i) & (H3_LEARN_PASSED - 1);
+}
+
+/* Whether identity `id` was passed by: as a refused group's call, or with
+ * `islands` also as a refused island's only (kept as `id` with its last
+ * bit clear, in the same slots). */
+static bool h3_learn_passed_has(const struct h3_learner *l, uint64_t id, bool islands)
+{
+    for (unsigned i = 0; i < 8; i++) {
+        uint64_t v = l->passed[h3_learn_passed_slot(id, i)];
+        if (v == id || (islands && v == (id ^ 1)))
+            return true;
+        if (v == 0)
+            return false;
+    }
+    return false;
+}
+
+/* Remembers identity `id` as passed by, as a refused island's call
+ * (`island`) or a refused group's.  Where its slots are all taken (another
+ * model's calls at many shapes), every identity is forgotten and the run of
+ * calls passed by counts from 0: the thread goes quiet only once it passed
+ * by that many calls whose identities are all in the set. */
+static void h3_learn_passed_add(struct h3_learner *l, uint64_t id, bool island)
+{
+    const uint64_t key = island ? id ^ 1 : id;
+    for (unsigned i = 0; i < 8; i++) {
+        uint64_t *v = &l->passed[h3_learn_passed_slot(id, i)];
+        if (*v == id || *v == key)
+            return; /* a group's call, or an island's again */
+        if (*v == 0 || (!island && *v == (id ^ 1))) {
+            *v = key; /* new, or an island's now seen in a group */
+            return;
+        }
+    }
+    memset(l->passed, 0, sizeof(l->passed));
+    l->passed_gen++;
+    l->quiet_run = 0;
+    l->passed[h3_learn_passed_slot(id, 0)] = key;
+}
+
+/*
+ * The learner passed by call `c` (identity `id`; `c` NULL: a refused
+ * launch its wrapper passed by, whose identity h3_learn_launch_refused put
+ * in the set).  After H3SHIM_LEARN_QUIET of them in a row, with no call kept
+ * and no signature's group run, the thread goes quiet: h3_call_decide
+ * notes its launches idle, as with learning off, so that their wrappers
+ * forward them unobserved (another model's calls, every group of which was
+ * refused, cost what they cost with learning off).  What the idle path
+ * does not forward is still looked at (h3_learn_quiet_passes).
+ */
+static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_learn_skip why)
+{
+    struct h3_learner *l = h3_learner_tls;
+    if (l == NULL || h3_config.learn_quiet <= 0)
+        return;
+    if (c != NULL && id != 0)
+        h3_learn_passed_add(l, id, why == H3_SKIP_ISLAND);
+    if (++l->quiet_run < (uint64_t)h3_config.learn_quiet)
+        return;
+    h3_thread.learn_quiet = true;
+    h3_thread.learn_gemms = false; /* a GEMM of a refused shape is described by its shape alone */
+    l->quiet_epoch = atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1;
+    atomic_fetch_add(&h3_learn_counts.quiet, 1);
+    if (l->quiet_times++ == 0)
+        H3_INFO(H3_SUB_HOOK, "%lld calls in a row passed by, none kept: this thread's calls take the idle path "
+                             "until one comes that it did not pass by",
+                (long long)h3_config.learn_quiet);
+}
+
+/* The thread stops being quiet: the learner looks at every call again,
+ * after a gap (the calls forwarded while it was quiet were not seen, so no
+ * island, cut or run goes on across them).  h3_call_decide forgets the
+ * thread's idle launches. */
+static void h3_learn_wake(struct h3_learner *l)
+{
+    h3_thread.learn_quiet = false;
+    atomic_fetch_add(&h3_learn_counts.woke, 1);
+    h3_learn_cur.island = 0;
+    h3_learn_cut_pending = false;
+    h3_learn_prev[0] = h3_learn_prev[1] = 0;
+    if (l == NULL)
+        return;
+    l->quiet_run = 0;
+    l->acc_open = false;
+    l->cut_len = 0;
+    h3_learn_gap = true;
+}
+
+/*
+ * A call that the idle path did not forward while the thread is quiet
+ * (a launch of a kernel not noted idle, a cuBLASLt GEMM, a cuDNN
+ * execution, any call while something watches): passed by when it is
+ * one the learner cannot keep, or when its identity is one the learner
+ * passed by before (the calls before it were not seen, so it is not asked
+ * whether it comes where it came): a launch's as a refused group's or
+ * island's call, a library call's as a refused group's only.  An island is
+ * another model's calls outside its layers, passed by only where they come
+ * in order after the same two calls; where they are the block's own (a
+ * block that begins as the island does), the block's GEMMs and attention
+ * must wake the thread, as they would break the island.  Any other call
+ * wakes it, and so does the first after what can begin a group or what a
+ * handle names changed (its identities may be another kernel's then).
+ */
+static bool h3_learn_quiet_passes(const struct h3_call *c, uint64_t id)
+{
+    struct h3_learner *l = h3_learner_tls;
+    if (l != NULL && l->quiet_epoch != atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1) {
+        memset(l->passed, 0, sizeof(l->passed));
+        l->passed_gen++;
+    } else if (l != NULL && (id == 0 || h3_learn_passed_has(l, id, c->kind == H3_KIND_LAUNCH))) {
+        enum h3_learn_skip why = id != 0 ? H3_SKIP_QUIET : h3_learn_skip_of(c);
+        h3_learn_what = h3_learn_skip_names[why];
+        h3_learn_count(why);
+        return true;
+    }
+    h3_learn_wake(l);
+    return false;
 }
 
 /* ---- the ring ---- */
@@ -2029,8 +2181,10 @@ void h3_learn_observe(struct h3_call *c)
     if (c->match_continues != 0) {
         /* The thread runs a signature's group: the block's other shapes
          * (another tile, another batch) may come yet, so it keeps looking. */
+        if (h3_thread.learn_quiet)
+            h3_learn_wake(h3_learner_tls);
         if (h3_learner_tls != NULL)
-            h3_learner_tls->since_repeat = 0;
+            h3_learner_tls->since_repeat = h3_learner_tls->quiet_run = 0;
         h3_learn_break(H3_SKIP_TAKEN);
         h3_learn_cursor_end(false);
         h3_learn_island_bound(false);
@@ -2038,6 +2192,8 @@ void h3_learn_observe(struct h3_call *c)
         return;
     }
     uint64_t id = asked != 0 ? asked : h3_learn_identity(c);
+    if (asked == 0 && h3_thread.learn_quiet && h3_learn_quiet_passes(c, id))
+        return;
     struct h3_learn_place at;
     enum h3_learn_skip why = id != 0 && asked == 0 ? h3_learn_passes(c, id, &at) : H3_COUNT_KEPT;
     if (id == 0 || why != H3_COUNT_KEPT) {
@@ -2056,6 +2212,7 @@ void h3_learn_observe(struct h3_call *c)
     h3_learn_push(l, c, id);
     h3_learn_island_kept(l, pre);
     h3_learn_what = "kept";
+    l->quiet_run = 0;
     c->learned = h3_learn_just;
     h3_learn_just = NULL;
     h3_learn_count(H3_COUNT_KEPT);
@@ -2088,6 +2245,10 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
         line("learn: %u runs of calls between refused groups came %d times the same: passed by where they "
              "come after the same two calls (refused islands); %u broken since (kept again)",
              atomic_load(&h3_learn_counts.islands), H3_LEARN_INSTANCES, atomic_load(&h3_learn_counts.islands_broken));
+    if (atomic_load(&h3_learn_counts.quiet) != 0)
+        line("learn: %u times a thread passed by %lld calls in a row, keeping none: its calls took the idle path "
+             "(quiet); %u woke since, at a call it had not passed by",
+             atomic_load(&h3_learn_counts.quiet), (long long)h3_config.learn_quiet, atomic_load(&h3_learn_counts.woke));
     line("learn: %lu calls kept, %lu not kept, %lu calls that synchronise between them",
          atomic_load(&h3_learn_counts.calls[H3_COUNT_KEPT]), skipped, atomic_load(&h3_learn_counts.calls[H3_COUNT_SYNCED]));
     for (unsigned i = 0; i < H3_SKIPS; i++)

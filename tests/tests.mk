@@ -164,6 +164,11 @@ $(B)/tests/lengths-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/
 $(B)/tests/lt-lengths-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py lt-lengths $< $@
 ALIAS_REPLAYS += $(B)/tests/variant-replay.txt $(B)/tests/lengths-replay.txt $(B)/tests/lt-lengths-replay.txt
+# The variant 20 times, then the block (the thread goes quiet before it comes), and without it.
+$(B)/tests/variant-long-replay.txt $(B)/tests/variant-many-replay.txt: $(B)/tests/variant-%-replay.txt: \
+		$(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py variant-$* $< $@
+ALIAS_REPLAYS += $(B)/tests/variant-long-replay.txt $(B)/tests/variant-many-replay.txt
 # Another model's layer with its first call on another stream (repeats, refused).
 $(B)/tests/streams-replay.txt: $(B)/tests/foreign-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py streams $< $@

@@ -72,6 +72,10 @@ with a mutation in every block, as a user's variant of the block would have:
            block: IN's first three blocks with each GEMM through cuBLAS's
            own entry point (a G line) and every launch's grid but the
            weight casts' one larger (another token count), then IN
+  variant-long  the variant's three blocks 20 times, then IN: a model whose
+           kernels are the block's, refused, for long enough that the
+           thread goes quiet (its launches idle) before the block comes
+  variant-many  the variant's three blocks 20 times, without IN
   lengths  another model's layers at 70 prompt lengths, then the block:
            the gapped layer made from IN's launches renamed, each length's
            grids larger by one, 4 layers a length, then IN
@@ -116,7 +120,7 @@ def blocks_in(lines):
 
 
 MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "islands-adjacent", "islands-alternating",
-         "islands-preamble", "islands-long", "islands-whole", "islands-suffix", "variant", "lengths", "lt-lengths", "streams")
+         "islands-preamble", "islands-long", "islands-whole", "islands-suffix", "variant", "variant-long", "variant-many", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -185,7 +189,7 @@ def main():
             out = ((outside + layer * 4) * 4 + outside[:2] + stack + block) * 8
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
-    if sys.argv[1] == "variant":
+    if sys.argv[1].startswith("variant"):
         at = calls(lines)
         starts = block_starts(lines, at)
         if not starts or starts[0] + 3 * 42 >= len(at):
@@ -202,7 +206,9 @@ def main():
             if f[0] == "L" and not ("float16_copy_kernel_cuda" in f[1] and f[2] in casts):
                 f[2] = str(int(f[2]) + 1)
             variant.append(" ".join(f))
-        open(sys.argv[3], "w").write("\n".join(variant + lines) + "\n")
+        out = {"variant": variant + lines, "variant-long": variant * 20 + lines,
+               "variant-many": variant * 20}[sys.argv[1]]
+        open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1] == "lengths":
         launches = [line for line in lines if line.startswith("L ")][:30]

@@ -48,6 +48,8 @@
 #define T_REPLAY_STREAMS "build/tests/streams-replay.txt"
 #define T_REPLAY_SHARED "build/tests/shared-replay.txt"
 #define T_REPLAY_VARIANT "build/tests/variant-replay.txt"
+#define T_REPLAY_VARIANT_LONG "build/tests/variant-long-replay.txt"
+#define T_REPLAY_VARIANT_MANY "build/tests/variant-many-replay.txt"
 #define T_REPLAY_ISLANDS "build/tests/islands-replay.txt"
 #define T_REPLAY_ISLANDS_ADJACENT "build/tests/islands-adjacent-replay.txt"
 #define T_REPLAY_ISLANDS_ALTERNATING "build/tests/islands-alternating-replay.txt"
@@ -3161,7 +3163,7 @@ START_TEST(learning_is_bounded_and_switched_off)
 {
     char *stats = learning_run("learn-unique", T_REPLAY_UNIQUE, true);
     ck_assert_msg(strstr(stats, "learn: 0 groups learned, 0 refused") != NULL, "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "1 threads looked (586432 bytes each)") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "1 threads looked (590592 bytes each)") != NULL, "%s", tail_of(stats));
     ck_assert_msg(strstr(stats, "learn: 3000 calls kept, 0 not kept") != NULL, "%s", tail_of(stats));
     free(stats);
     /* With less patience the thread stops looking after 1000 calls, gives
@@ -3347,6 +3349,108 @@ START_TEST(calls_between_refused_layers_are_passed_by_there)
                       more[i].replay, tail_of(stats));
         free(stats);
     }
+}
+END_TEST
+
+/* The calls the learner looked at and passed by as refused groups', by its stats line (0: none). */
+static long refused_looked_at(const char *stats)
+{
+    const char *at = strstr(stats, " of refused groups\n");
+    if (at == NULL)
+        return 0;
+    while (at > stats && at[-1] >= '0' && at[-1] <= '9')
+        at--;
+    return strtol(at, NULL, 10);
+}
+
+/*
+ * A model whose kernels are the block's (a variant no signature can hold:
+ * cuBLAS's own GEMMs, another token count), refused, its 60 blocks passed by
+ * call after call (replay_mutate.py variant-long): after H3SHIM_LEARN_QUIET
+ * of them in a row the thread goes quiet, and its launches take the idle
+ * path from their wrappers (the block's kernels among them), as with
+ * learning off.  The block's first cuBLASLt GEMM, an identity the learner
+ * never passed by, wakes it: the block is learned from its next instances
+ * and fused, one block later at most.  Before, every call of the variant
+ * was looked at by the learner (a refused group's, 2394 of them).
+ */
+START_TEST(a_thread_that_passes_every_call_goes_quiet_until_the_block_comes)
+{
+    T_NEEDS_KERNELS();
+    setenv("H3SHIM_LEARN_QUIET", "0", 1);
+    char *awake = learning_run("learn-quiet-off", T_REPLAY_VARIANT_LONG, false);
+    setenv("H3SHIM_LEARN_QUIET", "500", 1);
+    char *stats = learning_run("learn-quiet", T_REPLAY_VARIANT_LONG, false);
+    unsetenv("H3SHIM_LEARN_QUIET");
+    ck_assert_msg(strstr(awake, "calls in a row, keeping none") == NULL, "%s", tail_of(awake));
+    ck_assert_msg(strstr(stats, "learn: 1 times a thread passed by 500 calls in a row, keeping none: its calls took "
+                                "the idle path (quiet); 1 woke since") != NULL,
+                  "%s", tail_of(stats));
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(strstr(i == 0 ? awake : stats, "learn: 1 groups learned, 1 refused") != NULL, "%s",
+                      tail_of(i == 0 ? awake : stats));
+    long fused_awake = stat_after(awake, "block-learned-2-42calls-n1797: ");
+    long fused = stat_after(stats, "block-learned-2-42calls-n1797: ");
+    ck_assert_msg(fused_awake >= 6 && fused >= fused_awake - 1, "%ld fused quiet, %ld awake\n%s", fused, fused_awake,
+                  tail_of(stats));
+    /* Quiet, the variant's launches went by the idle path, unseen by the
+     * learner: it looked at the calls passed by before (the group's from
+     * its refusal on, 655 with a trace) and at few others. */
+    long looked = refused_looked_at(stats), looked_awake = refused_looked_at(awake);
+    ck_assert_msg(looked_awake >= 2000 && looked <= 700, "%ld refused calls looked at quiet, %ld awake\n%s", looked,
+                  looked_awake, tail_of(stats));
+    ck_assert_msg(forwarded(stats, NULL) >= forwarded(awake, NULL), "%s", tail_of(stats));
+    free(stats), free(awake);
+    /* Another model's layers (the gapped stream): quiet, the same calls executed. */
+    setenv("H3SHIM_LEARN_QUIET", "500", 1);
+    stats = learning_run("learn-quiet-gapped", T_REPLAY_GAPPED, true);
+    unsetenv("H3SHIM_LEARN_QUIET");
+    ck_assert_msg(strstr(stats, "learn: 1 times a thread passed by 500 calls in a row") != NULL &&
+                      strstr(stats, "0 woke since") != NULL && refused_looked_at(stats) <= 700,
+                  "%s", tail_of(stats));
+    free(stats);
+    /* A module unloaded in the middle of them: a handle, and so an
+     * identity, may be another kernel's after it, so the quiet thread
+     * wakes at its next call looked at, forgets what it passed by, and
+     * goes quiet again 500 calls later. */
+    setenv("H3SHIM_LEARN_QUIET", "500", 1);
+    t_run.opts = (struct fw_replay_opts){50 * 35 + 3, FW_INSERT_MODULE_RELOAD, 0, 0, 0, 0};
+    stats = learning_run("learn-quiet-reload", T_REPLAY_GAPPED, false);
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0, 0};
+    unsetenv("H3SHIM_LEARN_QUIET");
+    ck_assert_msg(strstr(stats, "learn: 2 times a thread passed by 500 calls in a row") != NULL &&
+                      strstr(stats, "1 woke since") != NULL,
+                  "%s", tail_of(stats));
+    free(stats);
+}
+END_TEST
+
+/* A quiet thread (the variant's blocks, its kernels the block's noted idle)
+ * runs the block after another thread learned it: the signature's first
+ * calls changed, so the quiet thread's idle launches are asked again, and
+ * every one of its blocks is matched and fused. */
+START_TEST(a_quiet_thread_runs_a_block_learned_on_another_thread)
+{
+    T_NEEDS_KERNELS();
+    char *none = t_path("no-signatures");
+    ck_assert(mkdir(none, 0777) == 0 || errno == EEXIST);
+    t_run.sigs = none;
+    t_run.replay_before = T_REPLAY_VARIANT_MANY;
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    t_run.threads = 1;
+    t_run.replay_after = T_REPLAY_FREES_CASTS;
+    static const char *const env[] = {"H3SHIM_OPS=norm_cast,residual_norm,qk_norm_rope,swiglu",
+                                      "H3SHIM_LEARN_QUIET=500", NULL};
+    char *stats;
+    char *log = replay_with("quiet-learned-elsewhere", env, &stats);
+    t_run.sigs = NULL, t_run.replay_before = NULL, t_run.replay = NULL, t_run.threads = 0, t_run.replay_after = NULL;
+    ck_assert_msg(strstr(stats, "learn: 1 groups learned, 1 refused") != NULL &&
+                      strstr(stats, "2 threads looked") != NULL &&
+                      strstr(stats, "learn: 1 times a thread passed by 500 calls in a row") != NULL,
+                  "%s", tail_of(stats));
+    ck_assert_msg(stat_after(stats, "block-learned-2-42calls-n1797: ") == (T_INSTANCES - 3) + T_INSTANCES, "%s",
+                  tail_of(stats));
+    free(stats), free(log), free(none);
 }
 END_TEST
 
@@ -3758,6 +3862,8 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, the_serving_modes_blocks_fuse_and_keep_every_cast);
     tcase_add_test(ops, the_block_is_learned_from_its_first_instances);
     tcase_add_test(ops, calls_between_refused_layers_are_passed_by_there);
+    tcase_add_test(ops, a_thread_that_passes_every_call_goes_quiet_until_the_block_comes);
+    tcase_add_test(ops, a_quiet_thread_runs_a_block_learned_on_another_thread);
     tcase_add_test(ops, learning_survives_foreign_calls);
     tcase_add_test(ops, two_threads_learn_the_block_once);
     tcase_add_test(ops, a_mutated_block_is_learned_not_fused);
