@@ -100,6 +100,9 @@ struct h3_learn_call {
     } u;
 };
 #define H3_LEARN_GAP 0xff
+/* What the learner takes for the call before the first it looks at after a
+ * quiet (h3_learn_wake): an identity no call has (every call's ends in a set bit). */
+#define H3_LEARN_WOKE 2
 /* A call kept for its identity alone: a GEMM through cuBLAS's own entry
  * points, which no signature can hold (a group with one is another model's). */
 #define H3_LEARN_OPAQUE 0xfe
@@ -173,6 +176,10 @@ struct h3_learner {
      * when full, passed_gen moving on), the epoch the thread went quiet
      * in (h3_hot.idle_epoch + 1) and how often it did. */
     uint64_t quiet_run;
+    /* The first call kept after the thread last woke (UINT64_MAX: none;
+     * woke_pending: it woke, and has kept none since). */
+    uint64_t woke_at;
+    bool woke_pending;
     unsigned quiet_epoch, quiet_times;
     uint16_t passed_gen;
     uint64_t passed[H3_LEARN_PASSED];
@@ -290,6 +297,7 @@ static struct h3_learner *h3_learner_get(void)
         uintptr_t a = _Alignof(struct h3_learner);
         l = (struct h3_learner *)(((uintptr_t)block + a - 1) & ~(a - 1));
         l->block = block;
+        l->woke_at = UINT64_MAX;
     }
     if (l != NULL && (l->bytes = malloc(H3_LEARN_BYTES)) == NULL) {
         free(block);
@@ -397,7 +405,7 @@ static void h3_learn_island_bound(bool refused);
 static inline void h3_learn_cursor_end(bool kept);
 static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_learn_skip why);
 static bool h3_learn_quiet_passes(const struct h3_call *c, uint64_t id);
-static void h3_learn_wake(struct h3_learner *l);
+static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c);
 static void h3_learn_passed_add(struct h3_learner *l, uint64_t id, bool island);
 
 /* A call passed by, unkept: a refused group's or a refused island's (`why`;
@@ -930,21 +938,35 @@ static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_l
                 (long long)h3_config.learn_quiet);
 }
 
-/* The thread stops being quiet: the learner looks at every call again,
+/*
+ * The thread stops being quiet: the learner looks at every call again,
  * after a gap (the calls forwarded while it was quiet were not seen, so no
  * island, cut or run goes on across them).  h3_call_decide forgets the
- * thread's idle launches. */
-static void h3_learn_wake(struct h3_learner *l)
+ * thread's idle launches.  The calls not seen were passed by, so the run
+ * of kept calls that begins here is bounded before as after a refused
+ * group's call, with the two calls before it H3_LEARN_WOKE's: another
+ * model's calls outside its layers that wake the thread at every forward
+ * (a forward of more calls than H3SHIM_LEARN_QUIET, or one whose island
+ * holds a cuBLASLt GEMM) become a refused island there, passed by after a
+ * wake only.
+ */
+static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
 {
     h3_thread.learn_quiet = false;
-    atomic_fetch_add(&h3_learn_counts.woke, 1);
+    if (atomic_fetch_add(&h3_learn_counts.woke, 1) == 0)
+        H3_INFO(H3_SUB_HOOK, "a quiet thread wakes at %s%s%s", h3_hooks[c->fn].name,
+                c->kind == H3_KIND_LAUNCH && c->kernel != NULL ? " of " : "",
+                c->kind == H3_KIND_LAUNCH && c->kernel != NULL ? c->kernel->name : "");
     h3_learn_cur.island = 0;
     h3_learn_cut_pending = false;
-    h3_learn_prev[0] = h3_learn_prev[1] = 0;
+    h3_learn_prev[0] = 0;
+    h3_learn_prev[1] = H3_LEARN_WOKE;
     if (l == NULL)
         return;
     l->quiet_run = 0;
-    l->acc_open = false;
+    l->woke_pending = true;
+    l->acc_open = true;
+    l->acc_first = UINT64_MAX;
     l->cut_len = 0;
     h3_learn_gap = true;
 }
@@ -976,7 +998,7 @@ static bool h3_learn_quiet_passes(const struct h3_call *c, uint64_t id)
         h3_learn_count(why);
         return true;
     }
-    h3_learn_wake(l);
+    h3_learn_wake(l, c);
     return false;
 }
 
@@ -2131,6 +2153,13 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
     struct h3_learn_candidate *c = &l->cand[free_at];
     c->period = period;
     c->start = h3_learn_run_start(l, at, period);
+    /* A run that begins where the thread woke from a quiet (or after the
+     * calls of an island it passed by there): the calls before it went by
+     * unseen, and may have been its own first ones (a block's launches
+     * forwarded as idle, its GEMM waking the thread), so where its
+     * instances begin is not known.  Followed, not tried: the group is
+     * learned from a run whose start was seen (the next stack). */
+    const bool unseen = c->start == l->woke_at;
     /* A run that a broken island cut: where the last m calls passed by in
      * it are the run's own (each equal to the call a whole number of
      * periods after it), its first instance lacks them, and its instances
@@ -2144,8 +2173,8 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
             m++;
         c->start += (period - m % period) % period;
     }
-    c->done = false;
-    if (at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * period) {
+    c->done = unseen;
+    if (!c->done && at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * period) {
         c->done = true;
         h3_learn_try(l, c->start, period);
     }
@@ -2182,7 +2211,7 @@ void h3_learn_observe(struct h3_call *c)
         /* The thread runs a signature's group: the block's other shapes
          * (another tile, another batch) may come yet, so it keeps looking. */
         if (h3_thread.learn_quiet)
-            h3_learn_wake(h3_learner_tls);
+            h3_learn_wake(h3_learner_tls, c);
         if (h3_learner_tls != NULL)
             h3_learner_tls->since_repeat = h3_learner_tls->quiet_run = 0;
         h3_learn_break(H3_SKIP_TAKEN);
@@ -2210,6 +2239,10 @@ void h3_learn_observe(struct h3_call *c)
         h3_learn_push(l, NULL, 0);
     }
     h3_learn_push(l, c, id);
+    if (l->woke_pending) {
+        l->woke_pending = false;
+        l->woke_at = l->n - 1;
+    }
     h3_learn_island_kept(l, pre);
     h3_learn_what = "kept";
     l->quiet_run = 0;
