@@ -100,9 +100,6 @@ struct h3_learn_call {
     } u;
 };
 #define H3_LEARN_GAP 0xff
-/* What the learner takes for the call before the first it looks at after a
- * quiet (h3_learn_wake): an identity no call has (every call's ends in a set bit). */
-#define H3_LEARN_WOKE 2
 /* A call kept for its identity alone: a GEMM through cuBLAS's own entry
  * points, which no signature can hold (a group with one is another model's). */
 #define H3_LEARN_OPAQUE 0xfe
@@ -176,10 +173,7 @@ struct h3_learner {
      * when full, passed_gen moving on), the epoch the thread went quiet
      * in (h3_hot.idle_epoch + 1) and how often it did. */
     uint64_t quiet_run;
-    /* The first call kept after the thread last woke (UINT64_MAX: none;
-     * woke_pending: it woke, and has kept none since). */
-    uint64_t woke_at;
-    bool woke_pending;
+    unsigned quiet_hold; /* runs of H3SHIM_LEARN_QUIET calls to pass by awake before the next quiet */
     unsigned quiet_epoch, quiet_times;
     uint16_t passed_gen;
     uint64_t passed[H3_LEARN_PASSED];
@@ -297,7 +291,6 @@ static struct h3_learner *h3_learner_get(void)
         uintptr_t a = _Alignof(struct h3_learner);
         l = (struct h3_learner *)(((uintptr_t)block + a - 1) & ~(a - 1));
         l->block = block;
-        l->woke_at = UINT64_MAX;
     }
     if (l != NULL && (l->bytes = malloc(H3_LEARN_BYTES)) == NULL) {
         free(block);
@@ -928,6 +921,11 @@ static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_l
         h3_learn_passed_add(l, id, why == H3_SKIP_ISLAND);
     if (++l->quiet_run < (uint64_t)h3_config.learn_quiet)
         return;
+    if (l->quiet_hold != 0) { /* woken lately: awake a while yet */
+        l->quiet_hold--;
+        l->quiet_run = 0;
+        return;
+    }
     h3_thread.learn_quiet = true;
     h3_thread.learn_gemms = false; /* a GEMM of a refused shape is described by its shape alone */
     l->quiet_epoch = atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1;
@@ -942,13 +940,13 @@ static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_l
  * The thread stops being quiet: the learner looks at every call again,
  * after a gap (the calls forwarded while it was quiet were not seen, so no
  * island, cut or run goes on across them).  h3_call_decide forgets the
- * thread's idle launches.  The calls not seen were passed by, so the run
- * of kept calls that begins here is bounded before as after a refused
- * group's call, with the two calls before it H3_LEARN_WOKE's: another
- * model's calls outside its layers that wake the thread at every forward
- * (a forward of more calls than H3SHIM_LEARN_QUIET, or one whose island
- * holds a cuBLASLt GEMM) become a refused island there, passed by after a
- * wake only.
+ * thread's idle launches.  It stays awake for H3_LEARN_INSTANCES runs of
+ * H3SHIM_LEARN_QUIET calls passed by before it goes quiet again: another
+ * model whose forward is longer than that, with calls between its layers
+ * not refused yet, woke it at those calls, and they come three times,
+ * after their refused calls, seen, before they are a refused island
+ * (quiet at every forward, the wake cut each one's run: never refused,
+ * kept at every forward).
  */
 static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
 {
@@ -959,14 +957,12 @@ static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
                 c->kind == H3_KIND_LAUNCH && c->kernel != NULL ? c->kernel->name : "");
     h3_learn_cur.island = 0;
     h3_learn_cut_pending = false;
-    h3_learn_prev[0] = 0;
-    h3_learn_prev[1] = H3_LEARN_WOKE;
+    h3_learn_prev[0] = h3_learn_prev[1] = 0;
     if (l == NULL)
         return;
     l->quiet_run = 0;
-    l->woke_pending = true;
-    l->acc_open = true;
-    l->acc_first = UINT64_MAX;
+    l->quiet_hold = H3_LEARN_INSTANCES;
+    l->acc_open = false;
     l->cut_len = 0;
     h3_learn_gap = true;
 }
@@ -2153,13 +2149,6 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
     struct h3_learn_candidate *c = &l->cand[free_at];
     c->period = period;
     c->start = h3_learn_run_start(l, at, period);
-    /* A run that begins where the thread woke from a quiet (or after the
-     * calls of an island it passed by there): the calls before it went by
-     * unseen, and may have been its own first ones (a block's launches
-     * forwarded as idle, its GEMM waking the thread), so where its
-     * instances begin is not known.  Followed, not tried: the group is
-     * learned from a run whose start was seen (the next stack). */
-    const bool unseen = c->start == l->woke_at;
     /* A run that a broken island cut: where the last m calls passed by in
      * it are the run's own (each equal to the call a whole number of
      * periods after it), its first instance lacks them, and its instances
@@ -2173,8 +2162,8 @@ static void h3_learn_follow(struct h3_learner *l, uint64_t at)
             m++;
         c->start += (period - m % period) % period;
     }
-    c->done = unseen;
-    if (!c->done && at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * period) {
+    c->done = false;
+    if (at + 1 - c->start >= (uint64_t)H3_LEARN_INSTANCES * period) {
         c->done = true;
         h3_learn_try(l, c->start, period);
     }
@@ -2239,10 +2228,6 @@ void h3_learn_observe(struct h3_call *c)
         h3_learn_push(l, NULL, 0);
     }
     h3_learn_push(l, c, id);
-    if (l->woke_pending) {
-        l->woke_pending = false;
-        l->woke_at = l->n - 1;
-    }
     h3_learn_island_kept(l, pre);
     h3_learn_what = "kept";
     l->quiet_run = 0;

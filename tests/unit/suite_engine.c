@@ -3412,13 +3412,14 @@ START_TEST(a_thread_that_passes_every_call_goes_quiet_until_the_block_comes)
     /* A module unloaded in the middle of them: its kernels are new ones
      * after it, so the quiet thread wakes at the first launch looked at
      * (and the idle epoch moved: it forgets what it passed by), and goes
-     * quiet again 500 calls later. */
-    setenv("H3SHIM_LEARN_QUIET", "500", 1);
+     * quiet again once it passed by 300 calls four times over (woken, it
+     * stays awake for three such runs). */
+    setenv("H3SHIM_LEARN_QUIET", "300", 1);
     t_run.opts = (struct fw_replay_opts){50 * 35 + 3, FW_INSERT_MODULE_RELOAD, 0, 0, 0, 0};
     stats = learning_run("learn-quiet-reload", T_REPLAY_GAPPED, false);
     t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0, 0};
     unsetenv("H3SHIM_LEARN_QUIET");
-    ck_assert_msg(strstr(stats, "learn: 2 times a thread passed by 500 calls in a row") != NULL &&
+    ck_assert_msg(strstr(stats, "learn: 2 times a thread passed by 300 calls in a row") != NULL &&
                       strstr(stats, "1 woke since") != NULL,
                   "%s", tail_of(stats));
     free(stats);
@@ -3429,18 +3430,13 @@ END_TEST
  * Another model's forward of more refused calls than H3SHIM_LEARN_QUIET,
  * with the block's first eight calls (a cuBLASLt GEMM among them) outside
  * its layers (the islands replay, 140 refused calls a forward, quiet after
- * 100): the thread goes quiet inside every forward and the island's GEMM
- * wakes it, every forward.  The calls not seen were passed by, so the run
- * kept from the wake on is bounded as after a refused group's call: it
- * becomes a refused island there, and the learner keeps about what it
- * keeps awake (before, the run was unbounded, never refused, and kept at
- * every forward: 713 calls against 423, and a thread out of patience
- * sooner).  The island replay whose island is the block's first 50 calls
- * (longer than a block), quiet the same: the stack after the layers wakes
- * the thread at its first GEMM, the block's first calls unseen, so the run
- * that begins there is not learned (it was, rotated by four calls: its
- * norm_cast at calls 38 and 41, 7 of 10 broken) and the block is learned
- * from the next run, unrotated.
+ * 100): the thread goes quiet inside a forward and those calls wake it.
+ * Woken, it stays awake for three runs of 100 calls passed by, so those
+ * calls come three times after their refused calls, seen, and are refused
+ * as a refused island, as awake; the learner keeps about what it keeps
+ * awake (quiet again at every forward, each wake cut their run: never
+ * refused, kept at every forward, 673 calls against 413, and a thread out
+ * of patience sooner).  The block is learned and fused as awake.
  */
 START_TEST(a_thread_woken_every_forward_still_refuses_the_calls_outside_the_layers)
 {
@@ -3448,23 +3444,18 @@ START_TEST(a_thread_woken_every_forward_still_refuses_the_calls_outside_the_laye
     char *awake = learning_run("learn-islands-awake", T_REPLAY_ISLANDS, false);
     setenv("H3SHIM_LEARN_QUIET", "100", 1);
     char *stats = learning_run("learn-islands-woken", T_REPLAY_ISLANDS, false);
-    char *longer = learning_run("learn-islands-long-woken", T_REPLAY_ISLANDS_LONG, false);
     unsetenv("H3SHIM_LEARN_QUIET");
-    ck_assert_msg(t_count(stats, "woke since") == 1 && stat_after(stats, "100 calls in a row, keeping none: its "
-                                                                         "calls took the idle path (quiet); ") >= 20,
+    ck_assert_msg(stat_after(stats, "100 calls in a row, keeping none: its calls took the idle path (quiet); ") >= 5,
                   "%s", tail_of(stats));
-    ck_assert_msg(strstr(stats, "runs of calls between refused groups came 3 times the same") != NULL &&
-                      kept_calls(stats) <= kept_calls(awake) + 60,
+    ck_assert_msg(strstr(stats, "learn: 1 runs of calls between refused groups came 3 times the same") != NULL &&
+                      kept_calls(stats) <= kept_calls(awake) + 100,
                   "%ld kept woken, %ld awake\n%s", kept_calls(stats), kept_calls(awake), tail_of(stats));
-    for (int i = 0; i < 2; i++) {
-        const char *st = i == 0 ? stats : longer;
-        ck_assert_msg(strstr(st, "learn: 1 groups learned, 1 refused") != NULL &&
-                          strstr(st, "plan learned/block-learned-2-42calls-n1797: op norm_cast takes calls 0,3") != NULL,
-                      "%s", tail_of(st));
-        ck_assert_msg(stat_after(st, "block-learned-2-42calls-n1797: ") >= 3, "%s", tail_of(st));
-    }
-    ck_assert_msg(stat_after(stats, "block-learned-2-42calls-n1797: ") >= 6, "%s", tail_of(stats));
-    free(stats), free(longer), free(awake);
+    ck_assert_msg(strstr(stats, "learn: 1 groups learned, 1 refused") != NULL &&
+                      strstr(stats, "plan learned/block-learned-2-42calls-n1797: op norm_cast takes calls 0,3") != NULL,
+                  "%s", tail_of(stats));
+    ck_assert_msg(stat_after(stats, "block-learned-2-42calls-n1797: ") >= stat_after(awake, "block-learned-2-42calls-n1797: "),
+                  "%s", tail_of(stats));
+    free(stats), free(awake);
 }
 END_TEST
 
