@@ -951,10 +951,10 @@ static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_l
 static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
 {
     h3_thread.learn_quiet = false;
-    if (atomic_fetch_add(&h3_learn_counts.woke, 1) == 0)
-        H3_INFO(H3_SUB_HOOK, "a quiet thread wakes at %s%s%s", h3_hooks[c->fn].name,
-                c->kind == H3_KIND_LAUNCH && c->kernel != NULL ? " of " : "",
-                c->kind == H3_KIND_LAUNCH && c->kernel != NULL ? c->kernel->name : "");
+    const bool named = c->kind == H3_KIND_LAUNCH && c->kernel != NULL && c->kernel->name != NULL;
+    if (atomic_fetch_add(&h3_learn_counts.woke, 1) == 0) /* the process's first wake */
+        H3_INFO(H3_SUB_HOOK, "a quiet thread wakes at %s%s%s", h3_hooks[c->fn].name, named ? " of " : "",
+                named ? c->kernel->name : "");
     h3_learn_cur.island = 0;
     h3_learn_cut_pending = false;
     h3_learn_prev[0] = h3_learn_prev[1] = 0;
