@@ -879,6 +879,14 @@ static bool h3_learn_passed_has(const struct h3_learner *l, uint64_t id, bool is
     return false;
 }
 
+/* Every identity forgotten; a refused launch's entry puts its own back
+ * at its next pass (its gen differs). */
+static void h3_learn_passed_clear(struct h3_learner *l)
+{
+    memset(l->passed, 0, sizeof(l->passed));
+    l->passed_gen++;
+}
+
 /* Remembers identity `id` as passed by, as a refused island's call
  * (`island`) or a refused group's.  Where its slots are all taken (another
  * model's calls at many shapes), every identity is forgotten and the run of
@@ -896,8 +904,7 @@ static void h3_learn_passed_add(struct h3_learner *l, uint64_t id, bool island)
             return;
         }
     }
-    memset(l->passed, 0, sizeof(l->passed));
-    l->passed_gen++;
+    h3_learn_passed_clear(l);
     l->quiet_run = 0;
     l->passed[h3_learn_passed_slot(id, 0)] = key;
 }
@@ -985,10 +992,9 @@ static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
 static bool h3_learn_quiet_passes(const struct h3_call *c, uint64_t id)
 {
     struct h3_learner *l = h3_learner_tls;
-    if (l != NULL && l->quiet_epoch != atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1) {
-        memset(l->passed, 0, sizeof(l->passed));
-        l->passed_gen++;
-    } else if (l != NULL && (id == 0 || h3_learn_passed_has(l, id, c->kind == H3_KIND_LAUNCH))) {
+    if (l != NULL && l->quiet_epoch != atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1)
+        h3_learn_passed_clear(l);
+    else if (l != NULL && (id == 0 || h3_learn_passed_has(l, id, c->kind == H3_KIND_LAUNCH))) {
         enum h3_learn_skip why = id != 0 ? H3_SKIP_QUIET : h3_learn_skip_of(c);
         h3_learn_what = h3_learn_skip_names[why];
         h3_learn_count(why);

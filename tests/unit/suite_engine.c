@@ -2542,6 +2542,27 @@ START_TEST(two_threads_learn_the_block_once)
 }
 END_TEST
 
+/* The main thread replays `before` (no signature loaded), then a second
+ * thread learns the block from its replay, then the main thread replays
+ * the block; the stats of the run (its log freed).  weight_cache off: its
+ * copies would turn every thread's wrappers off (h3_thread_idle_fast). */
+static char *learned_elsewhere_run(const char *tag, const char *before, const char *setting)
+{
+    char *none = t_path("no-signatures");
+    ck_assert(mkdir(none, 0777) == 0 || errno == EEXIST);
+    t_run.sigs = none;
+    t_run.replay_before = before;
+    t_run.replay = T_REPLAY_FREES_CASTS;
+    t_run.threads = 1;
+    t_run.replay_after = T_REPLAY_FREES_CASTS;
+    const char *const env[] = {"H3SHIM_OPS=norm_cast,residual_norm,qk_norm_rope,swiglu", setting, NULL};
+    char *stats;
+    char *log = replay_with(tag, env, &stats);
+    t_run.sigs = NULL, t_run.replay_before = NULL, t_run.replay = NULL, t_run.threads = 0, t_run.replay_after = NULL;
+    free(log), free(none);
+    return stats;
+}
+
 /* A thread that stopped looking (H3SHIM_LEARN_PATIENCE, spent on a stream
  * that never repeats) runs the block with no signature: its kernels are
  * idle there, and noted so (its wrappers forward them).  Another thread
@@ -2552,19 +2573,7 @@ END_TEST
 START_TEST(a_block_learned_on_another_thread_reaches_an_idle_thread)
 {
     T_NEEDS_KERNELS();
-    char *none = t_path("no-signatures");
-    ck_assert(mkdir(none, 0777) == 0 || errno == EEXIST);
-    t_run.sigs = none;
-    t_run.replay_before = T_REPLAY_UNIQUE_THEN_BLOCK;
-    t_run.replay = T_REPLAY_FREES_CASTS;
-    t_run.threads = 1;
-    t_run.replay_after = T_REPLAY_FREES_CASTS;
-    /* weight_cache off: its copies would turn every thread's wrappers off (h3_thread_idle_fast). */
-    static const char *const env[] = {"H3SHIM_OPS=norm_cast,residual_norm,qk_norm_rope,swiglu",
-                                      "H3SHIM_LEARN_PATIENCE=1000", NULL};
-    char *stats;
-    char *log = replay_with("learned-elsewhere", env, &stats);
-    t_run.sigs = NULL, t_run.replay_before = NULL, t_run.replay = NULL, t_run.threads = 0, t_run.replay_after = NULL;
+    char *stats = learned_elsewhere_run("learned-elsewhere", T_REPLAY_UNIQUE_THEN_BLOCK, "H3SHIM_LEARN_PATIENCE=1000");
     ck_assert_msg(strstr(stats, "learn: 1 groups learned, 0 refused") != NULL &&
                       strstr(stats, "2 threads looked") != NULL && strstr(stats, "1 stopped looking") != NULL,
                   "%s", tail_of(stats));
@@ -2573,7 +2582,7 @@ START_TEST(a_block_learned_on_another_thread_reaches_an_idle_thread)
     /* The other thread's blocks after its three, and all of the first's second stream. */
     ck_assert_msg(stat_after(stats, "block-learned-1-42calls-n1797: ") == (T_INSTANCES - 3) + T_INSTANCES, "%s",
                   tail_of(stats));
-    free(stats), free(log), free(none);
+    free(stats);
 }
 END_TEST
 
@@ -3466,25 +3475,14 @@ END_TEST
 START_TEST(a_quiet_thread_runs_a_block_learned_on_another_thread)
 {
     T_NEEDS_KERNELS();
-    char *none = t_path("no-signatures");
-    ck_assert(mkdir(none, 0777) == 0 || errno == EEXIST);
-    t_run.sigs = none;
-    t_run.replay_before = T_REPLAY_VARIANT_MANY;
-    t_run.replay = T_REPLAY_FREES_CASTS;
-    t_run.threads = 1;
-    t_run.replay_after = T_REPLAY_FREES_CASTS;
-    static const char *const env[] = {"H3SHIM_OPS=norm_cast,residual_norm,qk_norm_rope,swiglu",
-                                      "H3SHIM_LEARN_QUIET=500", NULL};
-    char *stats;
-    char *log = replay_with("quiet-learned-elsewhere", env, &stats);
-    t_run.sigs = NULL, t_run.replay_before = NULL, t_run.replay = NULL, t_run.threads = 0, t_run.replay_after = NULL;
+    char *stats = learned_elsewhere_run("quiet-learned-elsewhere", T_REPLAY_VARIANT_MANY, "H3SHIM_LEARN_QUIET=500");
     ck_assert_msg(strstr(stats, "learn: 1 groups learned, 1 refused") != NULL &&
                       strstr(stats, "2 threads looked") != NULL &&
                       strstr(stats, "learn: 1 times a thread passed by 500 calls in a row") != NULL,
                   "%s", tail_of(stats));
     ck_assert_msg(stat_after(stats, "block-learned-2-42calls-n1797: ") == (T_INSTANCES - 3) + T_INSTANCES, "%s",
                   tail_of(stats));
-    free(stats), free(log), free(none);
+    free(stats);
 }
 END_TEST
 
