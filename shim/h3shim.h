@@ -207,6 +207,7 @@ struct h3_thread {
     bool learn_quiet;           /* learn.c: the learner passed by every call for H3SHIM_LEARN_QUIET calls (its launches idle) */
     bool attempting;            /* match.c: an attempt at a signature is in progress (any stream) */
     unsigned idle_epoch;        /* hooks.c: h3_hot.idle_epoch + 1 when h3_idle_keys were noted; 0: none */
+    unsigned idle_keys_epoch;   /* hooks.c: the epoch h3_idle_keys were noted in (kept while idle_epoch is 0) */
     unsigned refused_epoch;     /* learn.c: the same, for the learner's refused launches (h3_learn_fast_note) */
 } __attribute__((aligned(64)));
 extern H3_TLS struct h3_thread h3_thread;

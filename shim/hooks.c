@@ -119,10 +119,11 @@ static void h3_idle_note(const struct h3_call *c, unsigned epoch)
 {
     if (epoch == 0)
         return; /* the epoch wrapped: 0 is no table's */
-    if (h3_thread.idle_epoch != epoch) {
+    if (h3_thread.idle_keys_epoch != epoch) {
         memset(h3_idle_keys, 0, sizeof(h3_idle_keys));
-        h3_thread.idle_epoch = epoch;
+        h3_thread.idle_keys_epoch = epoch;
     }
+    h3_thread.idle_epoch = epoch; /* a woken thread quiet again: the kernels it noted before are idle again */
     if (c->handle != NULL)
         h3_idle_keys[h3_idle_slot(c->handle)] = c->handle;
 }

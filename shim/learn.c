@@ -174,6 +174,7 @@ struct h3_learner {
      * in (h3_hot.idle_epoch + 1) and how often it did. */
     uint64_t quiet_run;
     unsigned quiet_hold; /* runs of H3SHIM_LEARN_QUIET calls to pass by awake before the next quiet */
+    bool following;      /* woken at a refused island's library call: quiet again at the island's end */
     unsigned quiet_epoch, quiet_times;
     uint16_t passed_gen;
     uint64_t passed[H3_LEARN_PASSED];
@@ -234,7 +235,7 @@ static void h3_learn_break(enum h3_learn_skip why);
 static uint64_t h3_learn_unkept_prev(const struct h3_call *c);
 static struct h3_learn_call *h3_learn_at(struct h3_learner *l, uint64_t pos);
 static struct {
-    atomic_uint learned, refused, threads, stopped, islands, islands_broken, quiet, woke;
+    atomic_uint learned, refused, threads, stopped, islands, islands_broken, quiet, woke, followed;
     atomic_ulong refused_calls;
     atomic_ulong calls[H3_COUNTS]; /* by enum h3_learn_skip: not kept, kept, synchronising */
 } h3_learn_counts;
@@ -399,6 +400,7 @@ static inline void h3_learn_cursor_end(bool kept);
 static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_learn_skip why);
 static bool h3_learn_quiet_passes(const struct h3_call *c, uint64_t id);
 static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c);
+static void h3_learn_follow_broke(struct h3_learner *l, const struct h3_call *c);
 static void h3_learn_passed_add(struct h3_learner *l, uint64_t id, bool island);
 
 /* A call passed by, unkept: a refused group's or a refused island's (`why`;
@@ -924,6 +926,16 @@ static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_l
     struct h3_learner *l = h3_learner_tls;
     if (l == NULL || h3_config.learn_quiet <= 0)
         return;
+    if (l->following && id != 0 && why == H3_SKIP_ISLAND)
+        return; /* the island goes on */
+    if (l->following && id != 0 && why == H3_SKIP_REFUSED) { /* the island came whole: quiet again */
+        l->following = false;
+        h3_thread.learn_quiet = true;
+        h3_thread.learn_gemms = false;
+        return;
+    }
+    if (l->following)
+        h3_learn_follow_broke(l, c);
     if (c != NULL && id != 0)
         h3_learn_passed_add(l, id, why == H3_SKIP_ISLAND);
     if (++l->quiet_run < (uint64_t)h3_config.learn_quiet)
@@ -955,13 +967,18 @@ static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_l
  * (quiet at every forward, the wake cut each one's run: never refused,
  * kept at every forward).
  */
+static void h3_learn_woke(const struct h3_call *c)
+{
+    const bool named = c != NULL && c->kind == H3_KIND_LAUNCH && c->kernel != NULL && c->kernel->name != NULL;
+    if (atomic_fetch_add(&h3_learn_counts.woke, 1) == 0) /* the process's first wake */
+        H3_INFO(H3_SUB_HOOK, "a quiet thread wakes at %s%s%s", c != NULL ? h3_hooks[c->fn].name : "a launch",
+                named ? " of " : "", named ? c->kernel->name : "");
+}
+
 static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
 {
     h3_thread.learn_quiet = false;
-    const bool named = c->kind == H3_KIND_LAUNCH && c->kernel != NULL && c->kernel->name != NULL;
-    if (atomic_fetch_add(&h3_learn_counts.woke, 1) == 0) /* the process's first wake */
-        H3_INFO(H3_SUB_HOOK, "a quiet thread wakes at %s%s%s", h3_hooks[c->fn].name, named ? " of " : "",
-                named ? c->kernel->name : "");
+    h3_learn_woke(c);
     h3_learn_cur.island = 0;
     h3_learn_cut_pending = false;
     h3_learn_prev[0] = h3_learn_prev[1] = 0;
@@ -969,9 +986,59 @@ static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
         return;
     l->quiet_run = 0;
     l->quiet_hold = H3_LEARN_INSTANCES;
+    l->following = false;
     l->acc_open = false;
     l->cut_len = 0;
     h3_learn_gap = true;
+}
+
+/*
+ * A quiet thread's library call whose identity it passed by only as a
+ * refused island's (a cuBLASLt GEMM, a cuDNN execution between another
+ * model's layers): rather than wake, the thread follows that island from
+ * the call, awake (h3_call_decide sets its idle launches aside), as if the
+ * island's calls before it had come.  Where the rest of the island comes in
+ * order and a refused group's call after it, the thread is quiet again
+ * (h3_learn_quiet_count): another model whose every forward has such a call
+ * stays quiet.  A call that differs before that is kept, breaking the
+ * island as it would awake, and the thread wakes there
+ * (h3_learn_follow_broke): a block that begins as the island does is seen
+ * from where it differs.  False when no refused island holds `id`.
+ */
+static bool h3_learn_follow_island(struct h3_learner *l, uint64_t id)
+{
+    for (unsigned i = 0; i < H3_LEARN_ISLANDS; i++) {
+        const struct h3_learn_island *s = &l->islands[i];
+        for (uint32_t p = 0; s->refused && p < s->len; p++) {
+            if (s->ids[p] != id)
+                continue;
+            h3_thread.learn_quiet = false;
+            l->following = true;
+            h3_learn_cur.island = (uint8_t)(i + 1);
+            h3_learn_cur.pos = (uint8_t)p;
+            h3_learn_island_step();
+            h3_learn_cut_pending = false;
+            h3_learn_prev[0] = p >= 1 ? s->ids[p - 1] : s->pre[1];
+            h3_learn_prev[1] = id;
+            l->acc_open = false;
+            l->cut_len = 0;
+            h3_learn_gap = true; /* the calls before it were not seen */
+            atomic_fetch_add(&h3_learn_counts.followed, 1);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A thread following a refused island (h3_learn_follow_island) met a call
+ * that differs from it: it is awake from there as after a wake, the call
+ * seen in order after the island's. */
+static void h3_learn_follow_broke(struct h3_learner *l, const struct h3_call *c)
+{
+    l->following = false;
+    l->quiet_run = 0;
+    l->quiet_hold = H3_LEARN_INSTANCES;
+    h3_learn_woke(c);
 }
 
 /*
@@ -994,7 +1061,8 @@ static bool h3_learn_quiet_passes(const struct h3_call *c, uint64_t id)
     struct h3_learner *l = h3_learner_tls;
     if (l != NULL && l->quiet_epoch != atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1)
         h3_learn_passed_clear(l);
-    else if (l != NULL && (id == 0 || h3_learn_passed_has(l, id, c->kind == H3_KIND_LAUNCH))) {
+    else if (l != NULL && (id == 0 || h3_learn_passed_has(l, id, c->kind == H3_KIND_LAUNCH) ||
+                           (h3_learn_passed_has(l, id, true) && h3_learn_follow_island(l, id)))) {
         enum h3_learn_skip why = id != 0 ? H3_SKIP_QUIET : h3_learn_skip_of(c);
         h3_learn_what = h3_learn_skip_names[why];
         h3_learn_count(why);
@@ -2205,7 +2273,7 @@ void h3_learn_observe(struct h3_call *c)
     if (c->match_continues != 0) {
         /* The thread runs a signature's group: the block's other shapes
          * (another tile, another batch) may come yet, so it keeps looking. */
-        if (h3_thread.learn_quiet)
+        if (h3_thread.learn_quiet || (h3_learner_tls != NULL && h3_learner_tls->following))
             h3_learn_wake(h3_learner_tls, c);
         if (h3_learner_tls != NULL)
             h3_learner_tls->since_repeat = h3_learner_tls->quiet_run = 0;
@@ -2236,6 +2304,8 @@ void h3_learn_observe(struct h3_call *c)
     h3_learn_push(l, c, id);
     h3_learn_island_kept(l, pre);
     h3_learn_what = "kept";
+    if (l->following)
+        h3_learn_follow_broke(l, c);
     l->quiet_run = 0;
     c->learned = h3_learn_just;
     h3_learn_just = NULL;
@@ -2273,6 +2343,10 @@ void h3_learn_print_stats(void (*line)(const char *fmt, ...))
         line("learn: %u times a thread passed by %lld calls in a row, keeping none: its calls took the idle path "
              "(quiet); %u woke since, at a call it had not passed by",
              atomic_load(&h3_learn_counts.quiet), (long long)h3_config.learn_quiet, atomic_load(&h3_learn_counts.woke));
+    if (atomic_load(&h3_learn_counts.followed) != 0)
+        line("learn: %u times a quiet thread followed a refused island from a library call of it, awake, and was "
+             "quiet again at its end unless a call differed (then it woke)",
+             atomic_load(&h3_learn_counts.followed));
     line("learn: %lu calls kept, %lu not kept, %lu calls that synchronise between them",
          atomic_load(&h3_learn_counts.calls[H3_COUNT_KEPT]), skipped, atomic_load(&h3_learn_counts.calls[H3_COUNT_SYNCED]));
     for (unsigned i = 0; i < H3_SKIPS; i++)
