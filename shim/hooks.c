@@ -123,7 +123,7 @@ static void h3_idle_note(const struct h3_call *c, unsigned epoch)
         memset(h3_idle_keys, 0, sizeof(h3_idle_keys));
         h3_thread.idle_keys_epoch = epoch;
     }
-    h3_thread.idle_epoch = epoch; /* a woken thread quiet again: the kernels it noted before are idle again */
+    h3_thread.idle_epoch = epoch;
     if (c->handle != NULL)
         h3_idle_keys[h3_idle_slot(c->handle)] = c->handle;
 }
@@ -212,7 +212,9 @@ static inline bool h3_libcall_idle_fast(enum h3_fn fn)
 }
 
 /* The thread's learner woke from its quiet (h3_learn_quiet_passes) at this
- * call: the launches noted idle while it was quiet are looked at again. */
+ * call, or follows a refused island: the launches noted idle while it was
+ * quiet are looked at again (a woken learner forgets them; one quiet again
+ * after the island brings them back, h3_learn_follow_quiet). */
 static inline void h3_idle_forget_if_woke(bool was_quiet)
 {
     if (was_quiet && !h3_thread.learn_quiet)

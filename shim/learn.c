@@ -175,6 +175,7 @@ struct h3_learner {
     uint64_t quiet_run;
     unsigned quiet_hold; /* runs of H3SHIM_LEARN_QUIET calls to pass by awake before the next quiet */
     bool following;      /* woken at a refused island's library call: quiet again at the island's end */
+    uint8_t follow_pos;  /* following: the place in the island after the call it followed from */
     unsigned quiet_epoch, quiet_times;
     uint16_t passed_gen;
     uint64_t passed[H3_LEARN_PASSED];
@@ -400,7 +401,9 @@ static inline void h3_learn_cursor_end(bool kept);
 static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_learn_skip why);
 static bool h3_learn_quiet_passes(const struct h3_call *c, uint64_t id);
 static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c);
-static void h3_learn_follow_broke(struct h3_learner *l, const struct h3_call *c);
+static bool h3_learn_follow_ends(const struct h3_learner *l, const struct h3_call *c, uint64_t id);
+static void h3_learn_follow_quiet(struct h3_learner *l);
+static void h3_learn_follow_left(struct h3_learner *l, const struct h3_call *c);
 static void h3_learn_passed_add(struct h3_learner *l, uint64_t id, bool island);
 
 /* A call passed by, unkept: a refused group's or a refused island's (`why`;
@@ -412,6 +415,8 @@ static void h3_learn_passed_add(struct h3_learner *l, uint64_t id, bool island);
  * refused island's ends the island the thread was in. */
 static void h3_learn_pass(const struct h3_call *c, uint64_t id, enum h3_learn_skip why)
 {
+    if (id == 0 && h3_learner_tls != NULL && h3_learner_tls->following)
+        h3_learn_follow_left(h3_learner_tls, c); /* a call it cannot keep: not the island's */
     h3_learn_break(id != 0 ? why : h3_learn_skip_of(c));
     uint64_t prev = id != 0 ? id : h3_learn_unkept_prev(c);
     if (id == 0 || why != H3_SKIP_ISLAND)
@@ -519,6 +524,8 @@ static enum h3_learn_skip h3_learn_passes(const struct h3_call *c, uint64_t id, 
             return H3_SKIP_ISLAND;
         }
     }
+    if (l != NULL && l->following && !h3_learn_follow_ends(l, c, id))
+        h3_learn_follow_left(h3_learner_tls, c);
     h3_learn_cursor_end(true); /* the call may yet be passed by: h3_learn_pass says so */
     if (h3_learn_refused_here(c, id))
         return H3_SKIP_REFUSED;
@@ -926,16 +933,11 @@ static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_l
     struct h3_learner *l = h3_learner_tls;
     if (l == NULL || h3_config.learn_quiet <= 0)
         return;
-    if (l->following && id != 0 && why == H3_SKIP_ISLAND)
-        return; /* the island goes on */
-    if (l->following && id != 0 && why == H3_SKIP_REFUSED) { /* the island came whole: quiet again */
-        l->following = false;
-        h3_thread.learn_quiet = true;
-        h3_thread.learn_gemms = false;
+    if (l->following) { /* h3_learn_passes woke it at any other call */
+        if (why == H3_SKIP_REFUSED)
+            h3_learn_follow_quiet(l);
         return;
     }
-    if (l->following)
-        h3_learn_follow_broke(l, c);
     if (c != NULL && id != 0)
         h3_learn_passed_add(l, id, why == H3_SKIP_ISLAND);
     if (++l->quiet_run < (uint64_t)h3_config.learn_quiet)
@@ -978,6 +980,7 @@ static void h3_learn_woke(const struct h3_call *c)
 static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
 {
     h3_thread.learn_quiet = false;
+    h3_thread.idle_keys_epoch = 0; /* the idle launches noted quiet are noted anew */
     h3_learn_woke(c);
     h3_learn_cur.island = 0;
     h3_learn_cut_pending = false;
@@ -1017,6 +1020,7 @@ static bool h3_learn_follow_island(struct h3_learner *l, uint64_t id)
             h3_learn_cur.island = (uint8_t)(i + 1);
             h3_learn_cur.pos = (uint8_t)p;
             h3_learn_island_step();
+            l->follow_pos = h3_learn_cur.pos;
             h3_learn_cut_pending = false;
             h3_learn_prev[0] = p >= 1 ? s->ids[p - 1] : s->pre[1];
             h3_learn_prev[1] = id;
@@ -1030,15 +1034,50 @@ static bool h3_learn_follow_island(struct h3_learner *l, uint64_t id)
     return false;
 }
 
-/* A thread following a refused island (h3_learn_follow_island) met a call
- * that differs from it: it is awake from there as after a wake, the call
- * seen in order after the island's. */
-static void h3_learn_follow_broke(struct h3_learner *l, const struct h3_call *c)
+/* Whether call `c` (identity `id`), which does not continue the island a
+ * following thread is in, is a refused group's right after its end: the
+ * island came whole.  Any other call wakes the thread, leaving the island
+ * unbroken (the calls before the one it followed from were not seen). */
+static bool h3_learn_follow_ends(const struct h3_learner *l, const struct h3_call *c, uint64_t id)
 {
+    return h3_learn_cur.island != 0 && h3_learn_cur.pos == l->islands[h3_learn_cur.island - 1].len &&
+           h3_learn_refused_here(c, id);
+}
+
+/*
+ * A following thread met call `c`, which neither continues the island nor
+ * is a refused group's after its end: it is awake from there.  Where the
+ * island's next call came after the one it followed from, its place in the
+ * island is taken as known: the call breaks the island as it would awake
+ * (a block that begins as the island does), the calls it passed by in it a
+ * cut in the run the call begins.  Where none did, the call it followed
+ * from may have been another island's, or another place's in this one: it
+ * wakes as at any other call, the island left unbroken.
+ */
+static void h3_learn_follow_left(struct h3_learner *l, const struct h3_call *c)
+{
+    if (h3_learn_cur.island == 0 || h3_learn_cur.pos <= l->follow_pos) {
+        h3_learn_wake(l, c);
+        return;
+    }
     l->following = false;
     l->quiet_run = 0;
     l->quiet_hold = H3_LEARN_INSTANCES;
+    h3_thread.idle_keys_epoch = 0;
     h3_learn_woke(c);
+}
+
+/* The island came whole and a refused group's call after it: the thread is
+ * quiet again as before it followed, its idle launches with it where what
+ * can begin a group or what a handle names has not changed since. */
+static void h3_learn_follow_quiet(struct h3_learner *l)
+{
+    l->following = false;
+    h3_thread.learn_quiet = true;
+    h3_thread.learn_gemms = false;
+    const unsigned epoch = atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1;
+    if (h3_thread.idle_keys_epoch == epoch && epoch != 0)
+        h3_thread.idle_epoch = epoch;
 }
 
 /*
@@ -2304,8 +2343,6 @@ void h3_learn_observe(struct h3_call *c)
     h3_learn_push(l, c, id);
     h3_learn_island_kept(l, pre);
     h3_learn_what = "kept";
-    if (l->following)
-        h3_learn_follow_broke(l, c);
     l->quiet_run = 0;
     c->learned = h3_learn_just;
     h3_learn_just = NULL;

@@ -150,11 +150,16 @@ ALIAS_REPLAYS += $(B)/tests/shared-replay.txt
 # Another model's iterations with the block's first calls outside its layers, then the block.
 # The same with the block right after the layers, a stack after the layers at every request, and
 # islands that begin as the block does, hold more than a block, hold its first calls whole, or end
-# with them after another model's.
-ISLAND_REPLAYS = $(patsubst %,$(B)/tests/islands%replay.txt,- -adjacent- -alternating- -preamble- -long- -whole- -suffix-)
+# with them after another model's; two islands with the block's first GEMM in both.
+ISLAND_REPLAYS = $(patsubst %,$(B)/tests/islands%replay.txt,- -adjacent- -alternating- -preamble- -long- -whole- -suffix- \
+	-shared-)
 $(ISLAND_REPLAYS): $(B)/tests/islands%replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py islands$(patsubst %-,%,$*) $< $@
 ALIAS_REPLAYS += $(ISLAND_REPLAYS)
+# Another model's layers with the block's first kernel in them, a wake, a third model's, then the block.
+$(B)/tests/rewake-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py rewake $< $@
+ALIAS_REPLAYS += $(B)/tests/rewake-replay.txt
 # A variant of the block with cuBLAS's own GEMMs, then the block; another model's layers
 # at 70 prompt lengths, then the block (both learned after them).
 $(B)/tests/variant-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py

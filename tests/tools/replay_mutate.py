@@ -68,6 +68,15 @@ with a mutation in every block, as a user's variant of the block would have:
            two: the island's calls passed by end with the block's first
            eight, but do not begin with them, and the stack holds three
            instances after them
+  islands-shared  two islands between the layers in turn, the block's first
+           eight calls and another model's eight with the block's first
+           cuBLASLt GEMM among them, 30 times, then IN: one GEMM in two
+           islands, at the same place
+  rewake   another model's layers with the block's first kernel at another
+           grid in them, 30 times, a cuBLASLt GEMM of a new shape, a third
+           model's layers (none of the block's kernels) 60 times, then IN
+           from its first block: the block's first launch comes to a thread
+           quiet again after a wake
   variant  a variant of the block that no signature can hold, then the
            block: IN's first three blocks with each GEMM through cuBLAS's
            own entry point (a G line) and every launch's grid but the
@@ -120,7 +129,7 @@ def blocks_in(lines):
 
 
 MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "islands-adjacent", "islands-alternating",
-         "islands-preamble", "islands-long", "islands-whole", "islands-suffix", "variant", "variant-long", "variant-many", "lengths", "lt-lengths", "streams")
+         "islands-preamble", "islands-long", "islands-whole", "islands-suffix", "islands-shared", "rewake", "variant", "variant-long", "variant-many", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -182,11 +191,27 @@ def main():
             out = (outside + layer * 4) * 30 + outside[:2] + stack * 2 + after
         elif mode == "islands-long":
             out = (block + layer * 4) * 30 + stack * 2 + after
+        elif mode == "islands-shared":
+            other = [foreign(x, 1) for x in block[:4]] + [block[4]] + [foreign(x, 1) for x in block[5:8]]
+            out = (outside + layer * 3 + other + layer * 3) * 30 + lines
         elif mode == "islands-whole":
             out = ((outside + block[8:10] + layer * 4) * 4 + stack) * 8
         else:  # islands-suffix
             outside = [foreign(x, 1) for x in block[:2]] + outside
             out = ((outside + layer * 4) * 4 + outside[:2] + stack + block) * 8
+        open(sys.argv[3], "w").write("\n".join(out) + "\n")
+        return 0
+    if sys.argv[1] == "rewake":
+        at, starts = blocks_in(lines)
+        if not starts:
+            return 2
+        launches = [foreign(line) for line in lines if line.startswith("L ")][:30]
+        first = lines[at[starts[0]]].split(" ")
+        layer = gapped_layer(launches)
+        layer.insert(3, " ".join(first[:2] + [str(int(first[2]) + 5)] + first[3:]))
+        third = gapped_layer([foreign(x, 3) for x in launches[:20]])
+        wake = foreign(lines[at[starts[0] + 4]], 40)  # a GEMM of a shape no model ran
+        out = layer * 30 + [wake] + third * 60 + lines[at[starts[0]]:]
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1].startswith("variant"):
