@@ -2487,6 +2487,15 @@ static char *learning_run(const char *tag, const char *replay, bool same)
     return stats;
 }
 
+/* learning_run with H3SHIM_LEARN_QUIET at `quiet`. */
+static char *quiet_learning_run(const char *tag, const char *replay, bool same, const char *quiet)
+{
+    setenv("H3SHIM_LEARN_QUIET", quiet, 1);
+    char *stats = learning_run(tag, replay, same);
+    unsetenv("H3SHIM_LEARN_QUIET");
+    return stats;
+}
+
 /*
  * Learning beside what real programs put between a block's calls: a call
  * that synchronises, another kernel on the stream, a launch on another
@@ -3393,11 +3402,8 @@ static long refused_looked_at(const char *stats)
 START_TEST(a_thread_that_passes_every_call_goes_quiet_until_the_block_comes)
 {
     T_NEEDS_KERNELS();
-    setenv("H3SHIM_LEARN_QUIET", "0", 1);
-    char *awake = learning_run("learn-quiet-off", T_REPLAY_VARIANT_LONG, false);
-    setenv("H3SHIM_LEARN_QUIET", "500", 1);
-    char *stats = learning_run("learn-quiet", T_REPLAY_VARIANT_LONG, false);
-    unsetenv("H3SHIM_LEARN_QUIET");
+    char *awake = quiet_learning_run("learn-quiet-off", T_REPLAY_VARIANT_LONG, false, "0");
+    char *stats = quiet_learning_run("learn-quiet", T_REPLAY_VARIANT_LONG, false, "500");
     ck_assert_msg(strstr(awake, "calls in a row, keeping none") == NULL, "%s", tail_of(awake));
     ck_assert_msg(strstr(stats, "learn: 1 times a thread passed by 500 calls in a row, keeping none: its calls took "
                                 "the idle path (quiet); 1 woke since") != NULL,
@@ -3418,9 +3424,7 @@ START_TEST(a_thread_that_passes_every_call_goes_quiet_until_the_block_comes)
     ck_assert_msg(forwarded(stats, NULL) >= forwarded(awake, NULL), "%s", tail_of(stats));
     free(stats), free(awake);
     /* Another model's layers (the gapped stream): quiet, the same calls executed. */
-    setenv("H3SHIM_LEARN_QUIET", "500", 1);
-    stats = learning_run("learn-quiet-gapped", T_REPLAY_GAPPED, true);
-    unsetenv("H3SHIM_LEARN_QUIET");
+    stats = quiet_learning_run("learn-quiet-gapped", T_REPLAY_GAPPED, true, "500");
     ck_assert_msg(strstr(stats, "learn: 1 times a thread passed by 500 calls in a row") != NULL &&
                       strstr(stats, "0 woke since") != NULL && refused_looked_at(stats) <= 700,
                   "%s", tail_of(stats));
@@ -3461,9 +3465,7 @@ START_TEST(a_thread_woken_inside_a_forward_refuses_the_calls_outside_the_layers_
 {
     T_NEEDS_KERNELS();
     char *awake = learning_run("learn-islands-awake", T_REPLAY_ISLANDS, false);
-    setenv("H3SHIM_LEARN_QUIET", "100", 1);
-    char *stats = learning_run("learn-islands-woken", T_REPLAY_ISLANDS, false);
-    unsetenv("H3SHIM_LEARN_QUIET");
+    char *stats = quiet_learning_run("learn-islands-woken", T_REPLAY_ISLANDS, false, "100");
     ck_assert_msg(number_before(stats, " times a thread passed by 100 calls in a row") >= 1 &&
                       stat_after(stats, "(quiet); ") <= 3,
                   "%s", tail_of(stats));
@@ -3489,9 +3491,7 @@ START_TEST(a_thread_woken_inside_a_forward_refuses_the_calls_outside_the_layers_
         long complete;
     } adjacent[] = {{T_REPLAY_ISLANDS_ADJACENT, 3}, {T_REPLAY_ISLANDS_LONG, 6}};
     for (unsigned i = 0; i < H3_ARRAY_LEN_T(adjacent); i++) {
-        setenv("H3SHIM_LEARN_QUIET", "100", 1);
-        stats = learning_run("learn-islands-followed", adjacent[i].replay, false);
-        unsetenv("H3SHIM_LEARN_QUIET");
+        stats = quiet_learning_run("learn-islands-followed", adjacent[i].replay, false, "100");
         ck_assert_msg(number_before(stats, " times a quiet thread followed a refused island") >= 20 &&
                           strstr(stats, "learn: 1 groups learned, 1 refused") != NULL &&
                           strstr(stats, "plan learned/block-learned-2-42calls-n1797: op norm_cast takes calls 0,3") !=
@@ -3506,9 +3506,7 @@ START_TEST(a_thread_woken_inside_a_forward_refuses_the_calls_outside_the_layers_
      * a guess: it wakes, and neither island breaks (both broke before,
      * kept at every forward from then: 913 calls kept against 575 awake
      * between them). */
-    setenv("H3SHIM_LEARN_QUIET", "100", 1);
-    stats = learning_run("learn-islands-shared", T_REPLAY_ISLANDS_SHARED, false);
-    unsetenv("H3SHIM_LEARN_QUIET");
+    stats = quiet_learning_run("learn-islands-shared", T_REPLAY_ISLANDS_SHARED, false, "100");
     ck_assert_msg(strstr(stats, "(refused islands); 0 broken since") != NULL && kept_calls(stats) <= 600 &&
                       stat_after(stats, "block-learned-2-42calls-n1797: ") >= 6,
                   "%s", tail_of(stats));
@@ -3529,9 +3527,7 @@ END_TEST
 START_TEST(a_woken_thread_quiet_again_sees_the_kernels_it_had_noted_idle)
 {
     T_NEEDS_KERNELS();
-    setenv("H3SHIM_LEARN_QUIET", "100", 1);
-    char *stats = learning_run("learn-rewake", T_REPLAY_REWAKE, false);
-    unsetenv("H3SHIM_LEARN_QUIET");
+    char *stats = quiet_learning_run("learn-rewake", T_REPLAY_REWAKE, false, "100");
     ck_assert_msg(number_before(stats, " times a thread passed by 100 calls in a row") >= 2 &&
                       stat_after(stats, "block-learned-3-42calls-n1797: ") >= 6,
                   "%s", tail_of(stats));
