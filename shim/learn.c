@@ -62,6 +62,8 @@
  * (h3_learn_island_close). */
 #define H3_LEARN_ISLANDS 8
 #define H3_LEARN_ISLAND_MAX 64
+/* Places in the refused islands a quiet thread may be at when it follows one. */
+#define H3_LEARN_FOLLOW 8
 /* Identities a thread passed by, remembered for its quiet (a power of two;
  * h3_learn_passed_add). */
 #define H3_LEARN_PASSED 512
@@ -174,8 +176,14 @@ struct h3_learner {
      * in (h3_hot.idle_epoch + 1) and how often it did. */
     uint64_t quiet_run;
     unsigned quiet_hold; /* runs of H3SHIM_LEARN_QUIET calls to pass by awake before the next quiet */
-    bool following;      /* woken at a refused island's library call: quiet again at the island's end */
-    uint8_t follow_pos;  /* following: the place in the island after the call it followed from */
+    /* Following refused islands from a library call (h3_learn_follow_island):
+     * the places it may be at, each its island (slot + 1), the place of its
+     * next call and the place after the call followed from. */
+    bool following;
+    uint8_t follow_n;
+    struct {
+        uint8_t island, pos, from;
+    } follow[H3_LEARN_FOLLOW];
     unsigned quiet_epoch, quiet_times;
     uint16_t passed_gen;
     uint64_t passed[H3_LEARN_PASSED];
@@ -404,6 +412,7 @@ static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c);
 static bool h3_learn_follow_ends(const struct h3_learner *l, const struct h3_call *c, uint64_t id);
 static void h3_learn_follow_quiet(struct h3_learner *l);
 static void h3_learn_follow_left(struct h3_learner *l, const struct h3_call *c);
+static void h3_learn_follow_narrow(struct h3_learner *l, const struct h3_call *c, uint64_t id);
 static void h3_learn_passed_add(struct h3_learner *l, uint64_t id, bool island);
 
 /* A call passed by, unkept: a refused group's or a refused island's (`why`;
@@ -516,6 +525,8 @@ static enum h3_learn_skip h3_learn_passes(const struct h3_call *c, uint64_t id, 
 {
     const struct h3_learner *l = h3_learner_tls;
     *at = (struct h3_learn_place){0, 0};
+    if (l != NULL && l->following && l->follow_n > 1)
+        h3_learn_follow_narrow(h3_learner_tls, c, id);
     if (h3_learn_cur.island != 0 && l != NULL) {
         const struct h3_learn_island *s = &l->islands[h3_learn_cur.island - 1];
         if (h3_learn_cur.pos < s->len && s->ids[h3_learn_cur.pos] == id) {
@@ -748,8 +759,8 @@ bool h3_learn_launch_refused(const void *handle, const unsigned dims[H3_LAUNCH_D
 {
     struct h3_learner *l = h3_learner_tls;
     if (h3_thread.refused_epoch != epoch || l == NULL || handle == NULL || h3_thread.learn_quiet ||
-        !h3_learn_looking())
-        return false; /* quiet: h3_call_decide notes it idle */
+        (l->following && l->follow_n > 1) || !h3_learn_looking())
+        return false; /* quiet: h3_call_decide notes it idle; following several places: h3_learn_passes narrows them */
     struct h3_learn_fast *f = &l->fast[h3_learn_fast_set(handle, h3_learn_prev)];
     unsigned w = 0;
     while (w < H3_LEARN_FAST_WAYS && !h3_learn_fast_is(&f[w], handle, h3_learn_prev))
@@ -969,27 +980,31 @@ static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_l
  * (quiet at every forward, the wake cut each one's run: never refused,
  * kept at every forward).
  */
-static void h3_learn_woke(const struct h3_call *c)
+/* The thread is awake from call `c` on (quiet or following before): its
+ * idle launches are noted anew once it is quiet again, after the hold. */
+static void h3_learn_awake(struct h3_learner *l, const struct h3_call *c)
 {
+    h3_thread.learn_quiet = false;
+    h3_thread.idle_keys_epoch = 0;
     const bool named = c != NULL && c->kind == H3_KIND_LAUNCH && c->kernel != NULL && c->kernel->name != NULL;
     if (atomic_fetch_add(&h3_learn_counts.woke, 1) == 0) /* the process's first wake */
         H3_INFO(H3_SUB_HOOK, "a quiet thread wakes at %s%s%s", c != NULL ? h3_hooks[c->fn].name : "a launch",
                 named ? " of " : "", named ? c->kernel->name : "");
+    if (l == NULL)
+        return;
+    l->following = false;
+    l->quiet_run = 0;
+    l->quiet_hold = H3_LEARN_INSTANCES;
 }
 
 static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
 {
-    h3_thread.learn_quiet = false;
-    h3_thread.idle_keys_epoch = 0; /* the idle launches noted quiet are noted anew */
-    h3_learn_woke(c);
+    h3_learn_awake(l, c);
     h3_learn_cur.island = 0;
     h3_learn_cut_pending = false;
     h3_learn_prev[0] = h3_learn_prev[1] = 0;
     if (l == NULL)
         return;
-    l->quiet_run = 0;
-    l->quiet_hold = H3_LEARN_INSTANCES;
-    l->following = false;
     l->acc_open = false;
     l->cut_len = 0;
     h3_learn_gap = true;
@@ -1003,35 +1018,72 @@ static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
  * island's calls before it had come.  Where the rest of the island comes in
  * order and a refused group's call after it, the thread is quiet again
  * (h3_learn_quiet_count): another model whose every forward has such a call
- * stays quiet.  A call that differs before that is kept, breaking the
- * island as it would awake, and the thread wakes there
- * (h3_learn_follow_broke): a block that begins as the island does is seen
- * from where it differs.  False when no refused island holds `id`.
+ * stays quiet.  A call that differs before that wakes the thread there
+ * (h3_learn_follow_left): a block that begins as the island does is seen
+ * from where it differs.  Every place in the refused islands that holds
+ * `id` is followed at once (the calls before it were not seen, so which
+ * is not known); false when none does.
  */
 static bool h3_learn_follow_island(struct h3_learner *l, uint64_t id)
 {
-    for (unsigned i = 0; i < H3_LEARN_ISLANDS; i++) {
-        const struct h3_learn_island *s = &l->islands[i];
-        for (uint32_t p = 0; s->refused && p < s->len; p++) {
-            if (s->ids[p] != id)
-                continue;
-            h3_thread.learn_quiet = false;
-            l->following = true;
-            h3_learn_cur.island = (uint8_t)(i + 1);
-            h3_learn_cur.pos = (uint8_t)p;
-            h3_learn_island_step();
-            l->follow_pos = h3_learn_cur.pos;
-            h3_learn_cut_pending = false;
-            h3_learn_prev[0] = p >= 1 ? s->ids[p - 1] : s->pre[1];
-            h3_learn_prev[1] = id;
-            l->acc_open = false;
-            l->cut_len = 0;
-            h3_learn_gap = true; /* the calls before it were not seen */
-            atomic_fetch_add(&h3_learn_counts.followed, 1);
-            return true;
+    unsigned n = 0;
+    for (unsigned i = 0; i < H3_LEARN_ISLANDS; i++)
+        for (uint32_t p = 0; l->islands[i].refused && p < l->islands[i].len && n < H3_LEARN_FOLLOW; p++)
+            if (l->islands[i].ids[p] == id)
+                l->follow[n++] = (__typeof__(l->follow[0])){(uint8_t)(i + 1), (uint8_t)(p + 1), (uint8_t)(p + 1)};
+    if (n == 0)
+        return false;
+    const struct h3_learn_island *s = &l->islands[l->follow[0].island - 1];
+    const unsigned p = l->follow[0].pos - 1u;
+    h3_thread.learn_quiet = false;
+    l->following = true;
+    l->follow_n = (uint8_t)n;
+    h3_learn_cur.island = l->follow[0].island;
+    h3_learn_cur.pos = l->follow[0].pos;
+    h3_learn_cut_pending = false;
+    h3_learn_prev[0] = p >= 1 ? s->ids[p - 1] : s->pre[1]; /* the first place's, a guess where there are several */
+    h3_learn_prev[1] = id;
+    l->acc_open = false;
+    l->cut_len = 0;
+    h3_learn_gap = true; /* the calls before it were not seen */
+    atomic_fetch_add(&h3_learn_counts.followed, 1);
+    return true;
+}
+
+/*
+ * A thread following from a call that several places in the refused
+ * islands hold: only the places whose next call is `c` (identity `id`) stay,
+ * and the thread's place in its island is the first of them, so that
+ * h3_learn_passes steps it.  Where none stays, a place at its island's end
+ * before a refused group's call is the thread's (the island came whole); or
+ * the places stay as they were, and the call leaves them
+ * (h3_learn_follow_left).  One place left is the thread's alone from then.
+ */
+static void h3_learn_follow_narrow(struct h3_learner *l, const struct h3_call *c, uint64_t id)
+{
+    unsigned k = 0;
+    for (unsigned j = 0; j < l->follow_n; j++) {
+        const struct h3_learn_island *s = &l->islands[l->follow[j].island - 1];
+        if (s->refused && l->follow[j].pos < s->len && s->ids[l->follow[j].pos] == id) {
+            l->follow[k] = l->follow[j];
+            l->follow[k++].pos++;
         }
     }
-    return false;
+    if (k != 0) {
+        l->follow_n = (uint8_t)k;
+        h3_learn_cur.island = l->follow[0].island;
+        h3_learn_cur.pos = (uint8_t)(l->follow[0].pos - 1); /* h3_learn_passes steps it */
+        return;
+    }
+    for (unsigned j = 0; j < l->follow_n; j++) {
+        if (l->follow[j].pos == l->islands[l->follow[j].island - 1].len && h3_learn_refused_here(c, id)) {
+            l->follow[0] = l->follow[j];
+            l->follow_n = 1;
+            h3_learn_cur.island = l->follow[0].island;
+            h3_learn_cur.pos = l->follow[0].pos;
+            return;
+        }
+    }
 }
 
 /* Whether call `c` (identity `id`), which does not continue the island a
@@ -1047,24 +1099,20 @@ static bool h3_learn_follow_ends(const struct h3_learner *l, const struct h3_cal
 /*
  * A following thread met call `c`, which neither continues the island nor
  * is a refused group's after its end: it is awake from there.  Where the
- * island's next call came after the one it followed from, its place in the
- * island is taken as known: the call breaks the island as it would awake
- * (a block that begins as the island does), the calls it passed by in it a
- * cut in the run the call begins.  Where none did, the call it followed
- * from may have been another island's, or another place's in this one: it
- * wakes as at any other call, the island left unbroken.
+ * calls since the one it followed from left one place in the islands, and
+ * at least one came, its place is taken as known: the call breaks the
+ * island as it would awake (a block that begins as the island does), the
+ * calls it passed by in it a cut in the run the call begins.  Otherwise the
+ * call it followed from may have been another island's, or another place's
+ * in this one: it wakes as at any other call, every island left unbroken.
  */
 static void h3_learn_follow_left(struct h3_learner *l, const struct h3_call *c)
 {
-    if (h3_learn_cur.island == 0 || h3_learn_cur.pos <= l->follow_pos) {
+    if (l->follow_n != 1 || h3_learn_cur.island == 0 || h3_learn_cur.pos <= l->follow[0].from) {
         h3_learn_wake(l, c);
         return;
     }
-    l->following = false;
-    l->quiet_run = 0;
-    l->quiet_hold = H3_LEARN_INSTANCES;
-    h3_thread.idle_keys_epoch = 0;
-    h3_learn_woke(c);
+    h3_learn_awake(l, c);
 }
 
 /* The island came whole and a refused group's call after it: the thread is

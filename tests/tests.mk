@@ -152,14 +152,16 @@ ALIAS_REPLAYS += $(B)/tests/shared-replay.txt
 # islands that begin as the block does, hold more than a block, hold its first calls whole, or end
 # with them after another model's; two islands with the block's first GEMM in both.
 ISLAND_REPLAYS = $(patsubst %,$(B)/tests/islands%replay.txt,- -adjacent- -alternating- -preamble- -long- -whole- -suffix- \
-	-shared-)
+	-shared- -shared2- -dup-)
 $(ISLAND_REPLAYS): $(B)/tests/islands%replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py islands$(patsubst %-,%,$*) $< $@
 ALIAS_REPLAYS += $(ISLAND_REPLAYS)
-# Another model's layers with the block's first kernel in them, a wake, a third model's, then the block.
-$(B)/tests/rewake-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
-	python3 tests/tools/replay_mutate.py rewake $< $@
-ALIAS_REPLAYS += $(B)/tests/rewake-replay.txt
+# Another model's layers with the block's first kernel in them, a wake (a new GEMM, or a followed
+# island that breaks), a third model's, then the block.
+REWAKE_REPLAYS = $(B)/tests/rewake-replay.txt $(B)/tests/rewake-follow-replay.txt
+$(REWAKE_REPLAYS): $(B)/tests/rewake%replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py rewake$(patsubst %-,%,$*) $< $@
+ALIAS_REPLAYS += $(REWAKE_REPLAYS)
 # A variant of the block with cuBLAS's own GEMMs, then the block; another model's layers
 # at 70 prompt lengths, then the block (both learned after them).
 $(B)/tests/variant-replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py

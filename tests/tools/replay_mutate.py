@@ -72,11 +72,23 @@ with a mutation in every block, as a user's variant of the block would have:
            eight calls and another model's eight with the block's first
            cuBLASLt GEMM among them, 30 times, then IN: one GEMM in two
            islands, at the same place
+  islands-shared2  the same with the block's first GEMM and the call after
+           it in both islands
+  islands-dup  an island of 14 calls that holds the block's first GEMM and
+           the call after it twice (the block's first six calls, two of
+           another model's, the GEMM and its next call again, two more),
+           then 4 of the gapped layers, 30 times, then IN
   rewake   another model's layers with the block's first kernel at another
            grid in them, 30 times, a cuBLASLt GEMM of a new shape, a third
            model's layers (none of the block's kernels) 60 times, then IN
            from its first block: the block's first launch comes to a thread
            quiet again after a wake
+  rewake-follow  the same layers with the block's first kernel in them, 30
+           times, each after another model's eight calls outside the
+           layers (the block's first eight renamed); then those calls once
+           with their last two differing (a followed island that breaks,
+           waking the thread), a third model's layers 60 times, then IN
+           from its first block
   variant  a variant of the block that no signature can hold, then the
            block: IN's first three blocks with each GEMM through cuBLAS's
            own entry point (a G line) and every launch's grid but the
@@ -129,7 +141,7 @@ def blocks_in(lines):
 
 
 MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "islands-adjacent", "islands-alternating",
-         "islands-preamble", "islands-long", "islands-whole", "islands-suffix", "islands-shared", "rewake", "variant", "variant-long", "variant-many", "lengths", "lt-lengths", "streams")
+         "islands-preamble", "islands-long", "islands-whole", "islands-suffix", "islands-shared", "islands-shared2", "islands-dup", "rewake", "rewake-follow", "variant", "variant-long", "variant-many", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -194,6 +206,12 @@ def main():
         elif mode == "islands-shared":
             other = [foreign(x, 1) for x in block[:4]] + [block[4]] + [foreign(x, 1) for x in block[5:8]]
             out = (outside + layer * 3 + other + layer * 3) * 30 + lines
+        elif mode == "islands-shared2":
+            other = [foreign(x, 1) for x in block[:4]] + block[4:6] + [foreign(x, 1) for x in block[6:8]]
+            out = (outside + layer * 3 + other + layer * 3) * 30 + lines
+        elif mode == "islands-dup":
+            dup = block[:6] + [foreign(x, 1) for x in block[6:8]] + block[4:6] + [foreign(x, 2) for x in block[6:8]]
+            out = (dup + layer * 4) * 30 + lines
         elif mode == "islands-whole":
             out = ((outside + block[8:10] + layer * 4) * 4 + stack) * 8
         else:  # islands-suffix
@@ -201,7 +219,7 @@ def main():
             out = ((outside + layer * 4) * 4 + outside[:2] + stack + block) * 8
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
-    if sys.argv[1] == "rewake":
+    if sys.argv[1] in ("rewake", "rewake-follow"):
         at, starts = blocks_in(lines)
         if not starts:
             return 2
@@ -210,8 +228,13 @@ def main():
         layer = gapped_layer(launches)
         layer.insert(3, " ".join(first[:2] + [str(int(first[2]) + 5)] + first[3:]))
         third = gapped_layer([foreign(x, 3) for x in launches[:20]])
-        wake = foreign(lines[at[starts[0] + 4]], 40)  # a GEMM of a shape no model ran
-        out = layer * 30 + [wake] + third * 60 + lines[at[starts[0]]:]
+        if sys.argv[1] == "rewake":
+            wake = foreign(lines[at[starts[0] + 4]], 40)  # a GEMM of a shape no model ran
+            out = layer * 30 + [wake] + third * 60 + lines[at[starts[0]]:]
+        else:
+            outside = [foreign(lines[at[starts[0] + j]], 1) for j in range(8)]
+            broken = outside[:6] + [foreign(x, 7) for x in outside[6:]]
+            out = (outside + layer * 4) * 30 + broken + third * 60 + lines[at[starts[0]]:]
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
         return 0
     if sys.argv[1].startswith("variant"):
