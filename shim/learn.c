@@ -1022,17 +1022,17 @@ static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
  * (h3_learn_follow_left): a block that begins as the island does is seen
  * from where it differs.  Every place in the refused islands that holds
  * `id` is followed at once (the calls before it were not seen, so which
- * is not known); false when none does.
+ * is not known); false when none does, or more than H3_LEARN_FOLLOW do.
  */
 static bool h3_learn_follow_island(struct h3_learner *l, uint64_t id)
 {
     unsigned n = 0;
     for (unsigned i = 0; i < H3_LEARN_ISLANDS; i++)
-        for (uint32_t p = 0; l->islands[i].refused && p < l->islands[i].len && n < H3_LEARN_FOLLOW; p++)
-            if (l->islands[i].ids[p] == id)
-                l->follow[n++] = (__typeof__(l->follow[0])){(uint8_t)(i + 1), (uint8_t)(p + 1), (uint8_t)(p + 1)};
-    if (n == 0)
-        return false;
+        for (uint32_t p = 0; l->islands[i].refused && p < l->islands[i].len; p++)
+            if (l->islands[i].ids[p] == id && n++ < H3_LEARN_FOLLOW)
+                l->follow[n - 1] = (__typeof__(l->follow[0])){(uint8_t)(i + 1), (uint8_t)(p + 1), (uint8_t)(p + 1)};
+    if (n == 0 || n > H3_LEARN_FOLLOW)
+        return false; /* more places than it can follow: one left out may be the thread's, so it wakes */
     const struct h3_learn_island *s = &l->islands[l->follow[0].island - 1];
     const unsigned p = l->follow[0].pos - 1u;
     h3_thread.learn_quiet = false;

@@ -152,7 +152,7 @@ ALIAS_REPLAYS += $(B)/tests/shared-replay.txt
 # islands that begin as the block does, hold more than a block, hold its first calls whole, or end
 # with them after another model's; two islands with the block's first GEMM in both.
 ISLAND_REPLAYS = $(patsubst %,$(B)/tests/islands%replay.txt,- -adjacent- -alternating- -preamble- -long- -whole- -suffix- \
-	-shared- -shared2- -dup-)
+	-shared- -shared2- -dup- -crowded-)
 $(ISLAND_REPLAYS): $(B)/tests/islands%replay.txt: $(B)/tests/h3-block3-frees-casts.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py islands$(patsubst %-,%,$*) $< $@
 ALIAS_REPLAYS += $(ISLAND_REPLAYS)

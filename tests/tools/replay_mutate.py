@@ -78,6 +78,10 @@ with a mutation in every block, as a user's variant of the block would have:
            the call after it twice (the block's first six calls, two of
            another model's, the GEMM and its next call again, two more),
            then 4 of the gapped layers, 30 times, then IN
+  islands-crowded  an island of 20 calls that holds one cuBLASLt GEMM (the
+           block's first, another model's) at 9 places, each before a call
+           of its own but the last two's, then 4 of the gapped layers, 30
+           times, then IN: more places than a quiet thread follows
   rewake   another model's layers with the block's first kernel at another
            grid in them, 30 times, a cuBLASLt GEMM of a new shape, a third
            model's layers (none of the block's kernels) 60 times, then IN
@@ -141,7 +145,7 @@ def blocks_in(lines):
 
 
 MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "islands-adjacent", "islands-alternating",
-         "islands-preamble", "islands-long", "islands-whole", "islands-suffix", "islands-shared", "islands-shared2", "islands-dup", "rewake", "rewake-follow", "variant", "variant-long", "variant-many", "lengths", "lt-lengths", "streams")
+         "islands-preamble", "islands-long", "islands-whole", "islands-suffix", "islands-shared", "islands-shared2", "islands-dup", "islands-crowded", "rewake", "rewake-follow", "variant", "variant-long", "variant-many", "lengths", "lt-lengths", "streams")
 
 
 def foreign(line, grow=0):
@@ -212,6 +216,12 @@ def main():
         elif mode == "islands-dup":
             dup = block[:6] + [foreign(x, 1) for x in block[6:8]] + block[4:6] + [foreign(x, 2) for x in block[6:8]]
             out = (dup + layer * 4) * 30 + lines
+        elif mode == "islands-crowded":
+            gemm = foreign(block[4], 1)
+            crowd = [x for k in range(7) for x in (gemm, foreign(block[5], 10 + k))]
+            crowd += [gemm, foreign(block[5], 30), foreign(block[7], 31), gemm, foreign(block[5], 30),
+                      foreign(block[7], 32)]
+            out = (crowd + layer * 4) * 30 + lines
         elif mode == "islands-whole":
             out = ((outside + block[8:10] + layer * 4) * 4 + stack) * 8
         else:  # islands-suffix
