@@ -214,7 +214,7 @@ static inline bool h3_libcall_idle_fast(enum h3_fn fn)
 /* The thread's learner woke from its quiet (h3_learn_quiet_passes) at this
  * call, or follows a refused island: the launches noted idle while it was
  * quiet are looked at again (a woken learner forgets them; one quiet again
- * after the island brings them back, h3_learn_follow_quiet). */
+ * after the island gets them back at its next idle note). */
 static inline void h3_idle_forget_if_woke(bool was_quiet)
 {
     if (was_quiet && !h3_thread.learn_quiet)

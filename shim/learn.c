@@ -968,6 +968,23 @@ static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_l
                 (long long)h3_config.learn_quiet);
 }
 
+/* The thread is awake from call `c` on (quiet or following before): its
+ * idle launches are noted anew once it is quiet again, after the hold. */
+static void h3_learn_awake(struct h3_learner *l, const struct h3_call *c)
+{
+    h3_thread.learn_quiet = false;
+    h3_thread.idle_keys_epoch = 0;
+    const bool named = c->kind == H3_KIND_LAUNCH && c->kernel != NULL && c->kernel->name != NULL;
+    if (atomic_fetch_add(&h3_learn_counts.woke, 1) == 0) /* the process's first wake */
+        H3_INFO(H3_SUB_HOOK, "a quiet thread wakes at %s%s%s", h3_hooks[c->fn].name, named ? " of " : "",
+                named ? c->kernel->name : "");
+    if (l == NULL)
+        return;
+    l->following = false;
+    l->quiet_run = 0;
+    l->quiet_hold = H3_LEARN_INSTANCES;
+}
+
 /*
  * The thread stops being quiet: the learner looks at every call again,
  * after a gap (the calls forwarded while it was quiet were not seen, so no
@@ -980,23 +997,6 @@ static void h3_learn_quiet_count(const struct h3_call *c, uint64_t id, enum h3_l
  * (quiet at every forward, the wake cut each one's run: never refused,
  * kept at every forward).
  */
-/* The thread is awake from call `c` on (quiet or following before): its
- * idle launches are noted anew once it is quiet again, after the hold. */
-static void h3_learn_awake(struct h3_learner *l, const struct h3_call *c)
-{
-    h3_thread.learn_quiet = false;
-    h3_thread.idle_keys_epoch = 0;
-    const bool named = c != NULL && c->kind == H3_KIND_LAUNCH && c->kernel != NULL && c->kernel->name != NULL;
-    if (atomic_fetch_add(&h3_learn_counts.woke, 1) == 0) /* the process's first wake */
-        H3_INFO(H3_SUB_HOOK, "a quiet thread wakes at %s%s%s", c != NULL ? h3_hooks[c->fn].name : "a launch",
-                named ? " of " : "", named ? c->kernel->name : "");
-    if (l == NULL)
-        return;
-    l->following = false;
-    l->quiet_run = 0;
-    l->quiet_hold = H3_LEARN_INSTANCES;
-}
-
 static void h3_learn_wake(struct h3_learner *l, const struct h3_call *c)
 {
     h3_learn_awake(l, c);
@@ -1116,16 +1116,14 @@ static void h3_learn_follow_left(struct h3_learner *l, const struct h3_call *c)
 }
 
 /* The island came whole and a refused group's call after it: the thread is
- * quiet again as before it followed, its idle launches with it where what
- * can begin a group or what a handle names has not changed since. */
+ * quiet again as before it followed; its first launch noted idle brings
+ * back the kernels it had noted (h3_idle_note: their epoch is kept until
+ * a wake or a change of what can begin a group or what a handle names). */
 static void h3_learn_follow_quiet(struct h3_learner *l)
 {
     l->following = false;
     h3_thread.learn_quiet = true;
     h3_thread.learn_gemms = false;
-    const unsigned epoch = atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1;
-    if (h3_thread.idle_keys_epoch == epoch && epoch != 0)
-        h3_thread.idle_epoch = epoch;
 }
 
 /*
@@ -1149,7 +1147,7 @@ static bool h3_learn_quiet_passes(const struct h3_call *c, uint64_t id)
     if (l != NULL && l->quiet_epoch != atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1)
         h3_learn_passed_clear(l);
     else if (l != NULL && (id == 0 || h3_learn_passed_has(l, id, c->kind == H3_KIND_LAUNCH) ||
-                           (h3_learn_passed_has(l, id, true) && h3_learn_follow_island(l, id)))) {
+                           (c->kind != H3_KIND_LAUNCH && h3_learn_passed_has(l, id, true) && h3_learn_follow_island(l, id)))) {
         enum h3_learn_skip why = id != 0 ? H3_SKIP_QUIET : h3_learn_skip_of(c);
         h3_learn_what = h3_learn_skip_names[why];
         h3_learn_count(why);
