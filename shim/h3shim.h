@@ -209,12 +209,17 @@ struct h3_thread {
     unsigned idle_epoch;        /* hooks.c: h3_hot.idle_epoch + 1 when h3_idle_keys were noted; 0: none */
     unsigned idle_keys_epoch;   /* hooks.c: the epoch h3_idle_keys were noted in (kept while idle_epoch is 0) */
     unsigned refused_epoch;     /* learn.c: the same, for the learner's refused launches (h3_learn_fast_note) */
+    uint64_t idle_victim;       /* hooks.c: picks the way a full set of h3_idle_keys gives up */
 } __attribute__((aligned(64)));
 extern H3_TLS struct h3_thread h3_thread;
 /* hooks.c: kernel handles whose launches this thread found idle while its
- * learner was not looking (direct-mapped on the handle). */
-#define H3_IDLE_KEYS 64
-extern H3_TLS const void *h3_idle_keys[H3_IDLE_KEYS];
+ * learner was not looking: sets of H3_IDLE_WAYS (one cache line) picked by
+ * the handle, so that kernels whose handles fall in one set do not evict
+ * each other at every forward while the set holds them all. */
+#define H3_IDLE_WAYS 8
+#define H3_IDLE_SETS 64
+#define H3_IDLE_KEYS (H3_IDLE_WAYS * H3_IDLE_SETS)
+extern H3_TLS const void *h3_idle_keys[H3_IDLE_KEYS] __attribute__((aligned(64)));
 
 /* Whether this thread's next GEMM is wanted in full (a signature expects one,
  * or the learner would keep it): its descriptors are remembered as built. */
@@ -1272,6 +1277,10 @@ int h3_backtrace(void **frames, int max);
 void h3_stats_count(const struct h3_call *c);
 /* A call its wrapper forwarded unobserved, its thread idle (hooks.c). */
 void h3_stats_idle_fast(enum h3_fn fn);
+/* Why a launch that h3_call_decide found idle was not forwarded by its
+ * wrapper (hooks.c): what to look at where a thread's idle launches cost. */
+enum h3_idle_slow { H3_SLOW_WATCHED, H3_SLOW_UNNOTED, H3_SLOW_EPOCH, H3_SLOW_TABLE, H3_SLOW_LOOKING, H3_SLOW_KINDS };
+void h3_stats_idle_slow(enum h3_idle_slow why);
 /* Adds one observed call's host time in the shim before forwarding (call
  * record, matcher, engine, and any op it ran). */
 /* One observed call: `own_ns` of the shim's own host time before it was

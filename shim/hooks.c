@@ -101,10 +101,22 @@ static inline void h3_call_end(struct h3_call *c, long long result)
     h3_thread.depth--;
 }
 
-/* A handle's slot in the thread's table (handles lie at strides of a power of two). */
-static inline unsigned h3_idle_slot(const void *key)
+/* The first entry of a handle's set in the thread's table (handles lie at
+ * strides of a power of two: the product's top bits). */
+_Static_assert(H3_IDLE_SETS == 64, "h3_idle_set takes the product's top six bits");
+static inline unsigned h3_idle_set(const void *key)
 {
-    return (unsigned)(((uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull) >> 58) % H3_IDLE_KEYS;
+    return (unsigned)(((uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull) >> 58) * H3_IDLE_WAYS;
+}
+
+/* Whether `key` is in the thread's table. */
+static inline bool h3_idle_has(const void *key)
+{
+    const void *const *set = &h3_idle_keys[h3_idle_set(key)];
+    for (unsigned w = 0; w < H3_IDLE_WAYS; w++)
+        if (set[w] == key)
+            return true;
+    return false;
 }
 
 /*
@@ -124,8 +136,17 @@ static void h3_idle_note(const struct h3_call *c, unsigned epoch)
         h3_thread.idle_keys_epoch = epoch;
     }
     h3_thread.idle_epoch = epoch;
-    if (c->handle != NULL)
-        h3_idle_keys[h3_idle_slot(c->handle)] = c->handle;
+    if (c->handle == NULL || h3_idle_has(c->handle))
+        return;
+    const void **set = &h3_idle_keys[h3_idle_set(c->handle)];
+    unsigned w = 0;
+    while (w < H3_IDLE_WAYS && set[w] != NULL)
+        w++;
+    if (w == H3_IDLE_WAYS) { /* full: a way at random (kernels that come in turn, more than it holds, keep most) */
+        h3_thread.idle_victim = h3_thread.idle_victim * 6364136223846793005ull + 1442695040888963407ull;
+        w = (unsigned)(h3_thread.idle_victim >> 61) % H3_IDLE_WAYS;
+    }
+    set[w] = c->handle;
 }
 
 /*
@@ -160,7 +181,21 @@ static inline bool h3_thread_idle_fast(void)
  * kernel h3_idle_note noted, and the thread's calls may go unobserved. */
 static inline bool h3_launch_idle_fast(const void *key)
 {
-    return key != NULL && h3_idle_keys[h3_idle_slot(key)] == key && h3_thread_idle_fast();
+    return key != NULL && h3_idle_has(key) && h3_thread_idle_fast();
+}
+
+/* With stats: why idle launch `c` came this far (its wrapper's tests, in their order). */
+static enum h3_idle_slow h3_idle_slow_why(const struct h3_call *c)
+{
+    if (h3_learn_looking() && !h3_thread.learn_quiet)
+        return H3_SLOW_LOOKING;
+    if (h3_thread.idle_epoch == 0)
+        return H3_SLOW_UNNOTED;
+    if (h3_thread.idle_epoch != atomic_load_explicit(&h3_hot.idle_epoch, memory_order_relaxed) + 1)
+        return H3_SLOW_EPOCH;
+    if (c->handle == NULL || !h3_idle_has(c->handle))
+        return H3_SLOW_TABLE;
+    return H3_SLOW_WATCHED;
 }
 
 /* Whether a launch of `handle` with `dims`, on a thread whose learner looks,
@@ -240,6 +275,8 @@ static bool h3_call_decide(struct h3_call *c)
     const bool learn_quiet = h3_thread.learn_quiet;
     if (quiet && (c->kind == H3_KIND_SYNC || (unmatched && !h3_learn_wants(c)))) {
         c->reason = "idle";
+        if (H3_UNLIKELY(h3_hot.stats) && c->kind == H3_KIND_LAUNCH)
+            h3_stats_idle_slow(h3_idle_slow_why(c));
         h3_idle_forget_if_woke(learn_quiet);
         if (c->kind == H3_KIND_LAUNCH && (!h3_learn_looking() || h3_thread.learn_quiet))
             h3_idle_note(c, h3_call_epoch);

@@ -17,7 +17,7 @@
 
 struct h3_hot h3_hot;
 H3_TLS struct h3_thread h3_thread;
-H3_TLS const void *h3_idle_keys[H3_IDLE_KEYS];
+H3_TLS const void *h3_idle_keys[H3_IDLE_KEYS] __attribute__((aligned(64)));
 
 static pthread_once_t h3_init_once = PTHREAD_ONCE_INIT;
 

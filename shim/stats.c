@@ -26,6 +26,14 @@ static atomic_ulong h3_stat_reads;                    /* the stats' own clock re
 static atomic_ulong h3_stat_config_ns, h3_stat_configs; /* configuration calls' own time (in h3_stat_shim_ns) */
 static atomic_ulong h3_stat_config_by[H3_FN_COUNT];    /* configuration calls noted, by entry point */
 static atomic_ulong h3_stat_idle_fast[H3_FN_COUNT];    /* calls an idle thread's wrappers forwarded */
+static atomic_ulong h3_stat_idle_slow[H3_SLOW_KINDS];  /* idle launches they did not, by why */
+static const char *const h3_idle_slow_names[H3_SLOW_KINDS] = {
+    [H3_SLOW_WATCHED] = "something watched calls",
+    [H3_SLOW_UNNOTED] = "the thread had none noted (its first, or a wake or follow set them aside)",
+    [H3_SLOW_EPOCH] = "noted before what can begin a group or what a handle names changed",
+    [H3_SLOW_TABLE] = "not in the thread's table (first seen, or evicted)",
+    [H3_SLOW_LOOKING] = "the thread's learner looking (not in its refused launches)",
+};
 static atomic_ulong h3_stat_one_off_ns[H3_ONE_OFF_KINDS], h3_stat_one_offs[H3_ONE_OFF_KINDS];
 static atomic_ulong h3_stat_errors[H3_FN_COUNT];
 /* The shim's own host time per call, in quarter-octave buckets: the mean
@@ -76,6 +84,11 @@ static struct h3_decision_count h3_decisions[H3_DECISION_SLOTS];
 void h3_stats_idle_fast(enum h3_fn fn)
 {
     atomic_fetch_add_explicit(&h3_stat_idle_fast[fn], 1, memory_order_relaxed);
+}
+
+void h3_stats_idle_slow(enum h3_idle_slow why)
+{
+    atomic_fetch_add_explicit(&h3_stat_idle_slow[why], 1, memory_order_relaxed);
 }
 
 void h3_stats_count(const struct h3_call *c)
@@ -189,6 +202,8 @@ void h3_stats_reset(void)
         atomic_store(&h3_stat_describe_ns[i], 0);
         atomic_store(&h3_stat_config_by[i], 0);
         atomic_store(&h3_stat_idle_fast[i], 0);
+        if (i < H3_SLOW_KINDS)
+            atomic_store(&h3_stat_idle_slow[i], 0);
         if (i < H3_PARTS)
             atomic_store(&h3_stat_part_ns[i], 0);
         atomic_store(&h3_stat_config_ns, 0);
@@ -244,6 +259,15 @@ void h3_stats_print_calls(void)
     /* Configuration calls the shim looked at (the rest were forwarded at once). */
     h3_stats_by_entry("configuration calls noted", h3_stat_config_by);
     h3_stats_by_entry("forwarded by their wrapper, the thread idle (not observed, not timed)", h3_stat_idle_fast);
+    char by[768];
+    size_t at = 0;
+    for (unsigned i = 0; i < H3_SLOW_KINDS && at < sizeof(by); i++) {
+        unsigned long n = atomic_load(&h3_stat_idle_slow[i]);
+        if (n != 0)
+            at += (size_t)snprintf(by + at, sizeof(by) - at, "%s%lu %s", at > 0 ? "; " : "", n, h3_idle_slow_names[i]);
+    }
+    if (at > 0)
+        h3_stats_line("idle launches observed, not forwarded by their wrapper: %s", by);
 }
 
 void h3_stats_print_time(uint64_t ops_ns)

@@ -135,6 +135,10 @@ ALIAS_REPLAYS += $(foreach m,middle padding loose reader cast-reader early,$(B)/
 $(B)/tests/unique-replay.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_mutate.py
 	python3 tests/tools/replay_mutate.py unique $< $@
 ALIAS_REPLAYS += $(B)/tests/unique-replay.txt
+# Another model's forward of 96 kernels in turn (every one idle, each in the thread's table).
+$(B)/tests/kernels-replay.txt: $(B)/tests/h3-block3-replay.txt tests/tools/replay_mutate.py
+	python3 tests/tools/replay_mutate.py kernels $< $@
+ALIAS_REPLAYS += $(B)/tests/kernels-replay.txt
 # Then the block (a thread that stopped looking while the stream never repeated runs it idle).
 $(B)/tests/unique-then-block-replay.txt: $(B)/tests/unique-replay.txt $(B)/tests/h3-block3-frees-casts.txt
 	cat $^ > $@

@@ -30,6 +30,9 @@ with a mutation in every block, as a user's variant of the block would have:
            output norm_cast writes ahead of that launch
   unique   3000 launches of the block's first kernel, each with a grid of
            its own: a stream in which no run of calls ever repeats
+  kernels  another model's forward of 96 kernels of its own (the block's
+           first launch renamed K0-K95), in turn, 100 times: more kernels
+           than a table of 64 entries indexed by the handle alone holds
   gapped   another model's layers as a transformers Llama makes them in
            FP16: the first 30 launches of IN (a replay whose kernels are
            renamed) in runs of 6, a GEMM through cuBLAS's own entry point
@@ -144,7 +147,7 @@ def blocks_in(lines):
     return at, starts
 
 
-MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "gapped", "shared", "islands", "islands-adjacent", "islands-alternating",
+MODES = ("middle", "padding", "loose", "reader", "cast-reader", "early", "unique", "kernels", "gapped", "shared", "islands", "islands-adjacent", "islands-alternating",
          "islands-preamble", "islands-long", "islands-whole", "islands-suffix", "islands-shared", "islands-shared2", "islands-dup", "islands-crowded", "rewake", "rewake-follow", "variant", "variant-long", "variant-many", "lengths", "lt-lengths", "streams")
 
 
@@ -173,6 +176,11 @@ def main():
         first = next(line for line in lines if line.startswith("L ")).split(" ")
         out = [" ".join(first[:2] + [str(1000 + i)] + first[3:]) for i in range(3000)]
         open(sys.argv[3], "w").write("\n".join(out) + "\n")
+        return 0
+    if sys.argv[1] == "kernels":
+        first = next(line for line in lines if line.startswith("L ")).split(" ")
+        layer = [" ".join(first[:1] + ["K%d" % i] + first[2:]) for i in range(96)]
+        open(sys.argv[3], "w").write("\n".join(layer * 100) + "\n")
         return 0
     if sys.argv[1] == "gapped":
         layer = gapped_layer([line for line in lines if line.startswith("L ")][:30])

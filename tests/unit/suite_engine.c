@@ -44,6 +44,7 @@
 #define T_REPLAY_FOREIGN "build/tests/foreign-replay.txt"
 #define T_REPLAY_FOREIGN_X20 "build/tests/foreign-replay-x20.txt"
 #define T_REPLAY_GAPPED "build/tests/gapped-replay.txt"
+#define T_REPLAY_KERNELS "build/tests/kernels-replay.txt"
 #define T_REPLAY_BLOCK_THEN_FOREIGN "build/tests/block-then-foreign-replay.txt"
 #define T_REPLAY_STREAMS "build/tests/streams-replay.txt"
 #define T_REPLAY_SHARED "build/tests/shared-replay.txt"
@@ -3251,6 +3252,40 @@ static long kept_calls(const char *stats)
     return kept;
 }
 
+/*
+ * Another model's forward of 96 kernels in turn (the kernels replay, 100
+ * times), learning off and on (refused, then quiet): from the second forward
+ * on every launch is forwarded by its wrapper, found in the thread's table
+ * of idle kernels.  A table of 64 entries indexed by the handle alone held
+ * at most 64 of them, and two kernels whose handles shared an entry evicted
+ * each other at every forward (on the H200 a ViT's thread, at the addresses
+ * the loader gave that process, saw 45 of its 190 launches a forward
+ * observed so).
+ */
+START_TEST(a_forward_of_many_kernels_is_forwarded_by_the_wrappers)
+{
+    for (int learn = 0; learn <= 1; learn++) {
+        char *stats;
+        if (learn == 0) { /* the committed signatures, learning off */
+            static const char *const off[] = {"H3SHIM_OPS=all", "H3SHIM_LEARN=0", NULL};
+            t_run.replay = T_REPLAY_KERNELS;
+            free(replay_with("kernels-learn-off", off, &stats));
+            t_run.replay = NULL;
+        } else { /* no signature: refused, then quiet */
+            stats = quiet_learning_run("kernels-learn-on", T_REPLAY_KERNELS, true, "500");
+        }
+        long missed = number_before(stats, " not in the thread's table");
+        ck_assert_msg(missed <= 2 * 96, "learning %s: %ld idle launches missed the table\n%s", learn ? "on" : "off",
+                      missed, tail_of(stats));
+        /* Learning on, the thread keeps its first forwards (a group tried, refused), and its first
+         * 500 calls after the refusal take the refused table's path, then the idle table's. */
+        ck_assert_msg(forwarded(stats, "__cudaLaunchKernel") >= 90 * 96, "learning %s: %ld launches forwarded\n%s",
+                      learn ? "on" : "off", forwarded(stats, "__cudaLaunchKernel"), tail_of(stats));
+        free(stats);
+    }
+}
+END_TEST
+
 START_TEST(another_models_layers_with_cublas_gemms_are_refused)
 {
     char *stats = learning_run("learn-gapped", T_REPLAY_GAPPED, true);
@@ -4009,6 +4044,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, a_block_learned_on_another_thread_reaches_an_idle_thread);
     tcase_add_test(ops, learning_is_bounded_and_switched_off);
     tcase_add_test(ops, another_models_layers_with_cublas_gemms_are_refused);
+    tcase_add_test(ops, a_forward_of_many_kernels_is_forwarded_by_the_wrappers);
     tcase_add_test(ops, a_group_on_two_streams_is_refused);
     tcase_add_test(ops, an_unloaded_module_drops_the_refused_launches_table);
     tcase_add_test(ops, planners_survive_mutated_signatures);
