@@ -1116,14 +1116,18 @@ static void h3_learn_follow_left(struct h3_learner *l, const struct h3_call *c)
 }
 
 /* The island came whole and a refused group's call after it: the thread is
- * quiet again as before it followed; its first launch noted idle brings
- * back the kernels it had noted (h3_idle_note: their epoch is kept until
- * a wake or a change of what can begin a group or what a handle names). */
+ * quiet again as before it followed, and the kernels it had noted idle are
+ * idle again at once, as its next idle note would make them (h3_idle_note:
+ * their epoch is kept until a wake or a change of what can begin a group or
+ * what a handle names). */
 static void h3_learn_follow_quiet(struct h3_learner *l)
 {
     l->following = false;
     h3_thread.learn_quiet = true;
     h3_thread.learn_gemms = false;
+    const unsigned epoch = atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1;
+    if (epoch != 0 && h3_thread.idle_keys_epoch == epoch)
+        h3_thread.idle_epoch = epoch;
 }
 
 /*
