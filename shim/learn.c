@@ -1560,7 +1560,8 @@ static bool h3_learn_find_slots(struct h3_learn_group *g)
                 return false;
             }
         }
-    qsort(g->known, g->nknown, sizeof(uint64_t), h3_learn_u64_cmp);
+    if (g->nknown > 1) /* none: a group of launches alone (g->known not made) */
+        qsort(g->known, g->nknown, sizeof(uint64_t), h3_learn_u64_cmp);
     /* The words of every launch, accepted or not yet; one bit each. */
     uint32_t nwords = 0;
     for (uint32_t j = 0; j < g->n; j++)
