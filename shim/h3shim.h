@@ -72,6 +72,7 @@ enum h3_hook_prop {
     H3_P_PER_THREAD = 1u << 6,         /* the per-thread default stream's form (_ptsz) */
     H3_P_WRITES_ANYWHERE = 1u << 7,    /* writes memory the shim cannot bound (graphs, host functions, batches, cooperative launches) */
     H3_P_FORGETS = 1u << 8,            /* CONFIG: forgets a handle, before the real call (which may let another thread's create reuse it) */
+    H3_P_BY_CONFIG = 1u << 9,          /* LAUNCH: its first argument is an extended configuration, not the kernel */
 };
 struct h3_hook_info {
     const char *name;
@@ -194,8 +195,9 @@ struct h3_queue;
 struct h3_matcher;
 /* What every observed call reads of this thread's, in one cache line (as
  * h3_hot for the process).  Initial-exec TLS: read with one load, no call
- * (the library is preloaded, so its TLS is in the initial block; a late
- * dlopen still finds room for one line). */
+ * (the library is preloaded, so its TLS is in the initial block; with the
+ * idle table it is more than the room glibc keeps for a library dlopened
+ * later, which is not a way to load it). */
 struct h3_thread {
     int depth;                  /* non-zero while this thread runs shim code or an intercepted call */
     uint64_t forward_ns;        /* the real calls made for the application in the observed call */
@@ -1279,7 +1281,9 @@ void h3_stats_count(const struct h3_call *c);
 void h3_stats_idle_fast(enum h3_fn fn);
 /* Why a launch that h3_call_decide found idle was not forwarded by its
  * wrapper (hooks.c): what to look at where a thread's idle launches cost. */
-enum h3_idle_slow { H3_SLOW_WATCHED, H3_SLOW_UNNOTED, H3_SLOW_EPOCH, H3_SLOW_TABLE, H3_SLOW_LOOKING, H3_SLOW_KINDS };
+enum h3_idle_slow {
+    H3_SLOW_WATCHED, H3_SLOW_UNNOTED, H3_SLOW_EPOCH, H3_SLOW_TABLE, H3_SLOW_LOOKING, H3_SLOW_BY_CONFIG, H3_SLOW_KINDS
+};
 void h3_stats_idle_slow(enum h3_idle_slow why);
 /* Adds one observed call's host time in the shim before forwarding (call
  * record, matcher, engine, and any op it ran). */

@@ -103,17 +103,18 @@ static inline void h3_call_end(struct h3_call *c, long long result)
 
 /* The first entry of a handle's set in the thread's table (handles lie at
  * strides of a power of two: the product's top bits). */
-_Static_assert(H3_IDLE_SETS == 64, "h3_idle_set takes the product's top six bits");
+_Static_assert(H3_IDLE_SETS == 64 && H3_IDLE_WAYS == 8, "h3_idle_set takes the product's top six bits, "
+                                                        "h3_idle_note a random way from three");
 static inline unsigned h3_idle_set(const void *key)
 {
     return (unsigned)(((uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull) >> 58) * H3_IDLE_WAYS;
 }
 
-/* Whether `key` is in the thread's table. */
+/* Whether `key` is in the thread's table (a set's ways fill in order). */
 static inline bool h3_idle_has(const void *key)
 {
     const void *const *set = &h3_idle_keys[h3_idle_set(key)];
-    for (unsigned w = 0; w < H3_IDLE_WAYS; w++)
+    for (unsigned w = 0; w < H3_IDLE_WAYS && set[w] != NULL; w++)
         if (set[w] == key)
             return true;
     return false;
@@ -136,15 +137,15 @@ static void h3_idle_note(const struct h3_call *c, unsigned epoch)
         h3_thread.idle_keys_epoch = epoch;
     }
     h3_thread.idle_epoch = epoch;
-    if (c->handle == NULL || h3_idle_has(c->handle))
-        return;
+    if (c->handle == NULL || (h3_hooks[c->fn].props & H3_P_BY_CONFIG) != 0 || h3_idle_has(c->handle))
+        return; /* an extended configuration's: its wrapper looks up the configuration, no handle */
     const void **set = &h3_idle_keys[h3_idle_set(c->handle)];
     unsigned w = 0;
     while (w < H3_IDLE_WAYS && set[w] != NULL)
         w++;
     if (w == H3_IDLE_WAYS) { /* full: a way at random (kernels that come in turn, more than it holds, keep most) */
         h3_thread.idle_victim = h3_thread.idle_victim * 6364136223846793005ull + 1442695040888963407ull;
-        w = (unsigned)(h3_thread.idle_victim >> 61) % H3_IDLE_WAYS;
+        w = (unsigned)(h3_thread.idle_victim >> 61); /* 0..7 */
     }
     set[w] = c->handle;
 }
@@ -181,13 +182,16 @@ static inline bool h3_thread_idle_fast(void)
  * kernel h3_idle_note noted, and the thread's calls may go unobserved. */
 static inline bool h3_launch_idle_fast(const void *key)
 {
-    return key != NULL && h3_idle_has(key) && h3_thread_idle_fast();
+    return key != NULL && h3_thread.idle_epoch != 0 && h3_idle_has(key) && h3_thread_idle_fast();
 }
 
-/* With stats: why idle launch `c` came this far (its wrapper's tests, in their order). */
-static enum h3_idle_slow h3_idle_slow_why(const struct h3_call *c)
+/* With stats: why idle launch `c` came this far, its thread's learner
+ * quiet when the call began or not (its wrapper's tests). */
+static enum h3_idle_slow h3_idle_slow_why(const struct h3_call *c, bool was_quiet)
 {
-    if (h3_learn_looking() && !h3_thread.learn_quiet)
+    if ((h3_hooks[c->fn].props & H3_P_BY_CONFIG) != 0)
+        return H3_SLOW_BY_CONFIG;
+    if (h3_learn_looking() && !was_quiet)
         return H3_SLOW_LOOKING;
     if (h3_thread.idle_epoch == 0)
         return H3_SLOW_UNNOTED;
@@ -276,7 +280,7 @@ static bool h3_call_decide(struct h3_call *c)
     if (quiet && (c->kind == H3_KIND_SYNC || (unmatched && !h3_learn_wants(c)))) {
         c->reason = "idle";
         if (H3_UNLIKELY(h3_hot.stats) && c->kind == H3_KIND_LAUNCH)
-            h3_stats_idle_slow(h3_idle_slow_why(c));
+            h3_stats_idle_slow(h3_idle_slow_why(c, learn_quiet));
         h3_idle_forget_if_woke(learn_quiet);
         if (c->kind == H3_KIND_LAUNCH && (!h3_learn_looking() || h3_thread.learn_quiet))
             h3_idle_note(c, h3_call_epoch);

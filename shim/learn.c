@@ -1560,7 +1560,7 @@ static bool h3_learn_find_slots(struct h3_learn_group *g)
                 return false;
             }
         }
-    if (g->nknown > 1) /* none: a group of launches alone (g->known not made) */
+    if (g->nknown > 1) /* fewer: nothing to sort (none: a group of launches alone, g->known not made) */
         qsort(g->known, g->nknown, sizeof(uint64_t), h3_learn_u64_cmp);
     /* The words of every launch, accepted or not yet; one bit each. */
     uint32_t nwords = 0;

@@ -33,6 +33,7 @@ static const char *const h3_idle_slow_names[H3_SLOW_KINDS] = {
     [H3_SLOW_EPOCH] = "noted before what can begin a group or what a handle names changed",
     [H3_SLOW_TABLE] = "not in the thread's table (first seen, or evicted)",
     [H3_SLOW_LOOKING] = "the thread's learner looking (not in its refused launches)",
+    [H3_SLOW_BY_CONFIG] = "an extended configuration's (its wrapper forwards none unobserved)",
 };
 static atomic_ulong h3_stat_one_off_ns[H3_ONE_OFF_KINDS], h3_stat_one_offs[H3_ONE_OFF_KINDS];
 static atomic_ulong h3_stat_errors[H3_FN_COUNT];
@@ -202,8 +203,6 @@ void h3_stats_reset(void)
         atomic_store(&h3_stat_describe_ns[i], 0);
         atomic_store(&h3_stat_config_by[i], 0);
         atomic_store(&h3_stat_idle_fast[i], 0);
-        if (i < H3_SLOW_KINDS)
-            atomic_store(&h3_stat_idle_slow[i], 0);
         if (i < H3_PARTS)
             atomic_store(&h3_stat_part_ns[i], 0);
         atomic_store(&h3_stat_config_ns, 0);
@@ -217,6 +216,8 @@ void h3_stats_reset(void)
     atomic_store(&h3_stat_shim_ns, 0);
     atomic_store(&h3_stat_forward_ns, 0);
     atomic_store(&h3_stat_shim_calls, 0);
+    for (unsigned i = 0; i < H3_SLOW_KINDS; i++)
+        atomic_store(&h3_stat_idle_slow[i], 0);
     for (unsigned i = 0; i < H3_NS_BUCKETS; i++)
         atomic_store(&h3_stat_ns_hist[i], 0);
     for (unsigned i = 0; i < H3_DECISION_SLOTS; i++)

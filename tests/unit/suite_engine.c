@@ -3286,6 +3286,44 @@ START_TEST(a_forward_of_many_kernels_is_forwarded_by_the_wrappers)
 }
 END_TEST
 
+/* A child that launches a Triton-style kernel (cuLaunchKernelEx, found by
+ * dlsym) 200 times, learning off, the stats to t_run.err. */
+static void extended_launches_child(void)
+{
+    if (freopen(t_run.err, "w", stderr) == NULL)
+        exit(3);
+    setenv("H3SHIM_STATS", "1", 1);
+    setenv("H3SHIM_OPS", "all", 1);
+    setenv("H3SHIM_LEARN", "0", 1);
+    char *sigs = t_repo_path("signatures"); /* the committed ones: the kernel is idle */
+    setenv("H3SHIM_SIGNATURES", sigs, 1);
+    free(sigs);
+    void *h = t_load("libh3faketriton.so", RTLD_NOW | RTLD_LOCAL);
+    int (*launch)(void **) = (int (*)(void **))dlsym(h, "triton_launch");
+    void *found = NULL;
+    for (int i = 0; i < 200; i++)
+        if (launch == NULL || launch(&found) != 0)
+            exit(4);
+}
+
+/* An extended configuration's launch (Triton's) is never forwarded by its
+ * wrapper's idle path, which looks up the configuration: its kernel takes
+ * no place in the thread's table of idle kernels (it evicted one that its
+ * wrapper could find), and the stats say why it was observed (they said
+ * something watched calls). */
+START_TEST(extended_launches_take_no_place_in_the_idle_table)
+{
+    t_run.err = t_path("err-extended.txt");
+    ck_assert_int_eq(t_in_child(extended_launches_child), 0);
+    char *stats = t_read_file(t_run.err, NULL);
+    ck_assert(stats != NULL);
+    ck_assert_msg(number_before(stats, " an extended configuration's") >= 199 &&
+                      strstr(stats, "something watched calls") == NULL,
+                  "%s", tail_of(stats));
+    free(stats);
+}
+END_TEST
+
 START_TEST(another_models_layers_with_cublas_gemms_are_refused)
 {
     char *stats = learning_run("learn-gapped", T_REPLAY_GAPPED, true);
@@ -4050,6 +4088,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, learning_is_bounded_and_switched_off);
     tcase_add_test(ops, another_models_layers_with_cublas_gemms_are_refused);
     tcase_add_test(ops, a_forward_of_many_kernels_is_forwarded_by_the_wrappers);
+    tcase_add_test(ops, extended_launches_take_no_place_in_the_idle_table);
     tcase_add_test(ops, a_group_on_two_streams_is_refused);
     tcase_add_test(ops, an_unloaded_module_drops_the_refused_launches_table);
     tcase_add_test(ops, planners_survive_mutated_signatures);
