@@ -104,7 +104,7 @@ static inline void h3_call_end(struct h3_call *c, long long result)
 /* The first entry of a handle's set in the thread's table (handles lie at
  * strides of a power of two: the product's top bits). */
 _Static_assert(H3_IDLE_SETS == 64 && H3_IDLE_WAYS == 8, "h3_idle_set takes the product's top six bits, "
-                                                        "h3_idle_note a random way from three");
+                                                        "h3_idle_note a random way from three bits");
 static inline unsigned h3_idle_set(const void *key)
 {
     return (unsigned)(((uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull) >> 58) * H3_IDLE_WAYS;
@@ -138,7 +138,7 @@ static void h3_idle_note(const struct h3_call *c, unsigned epoch)
     }
     h3_thread.idle_epoch = epoch;
     if (c->handle == NULL || (h3_hooks[c->fn].props & H3_P_BY_CONFIG) != 0 || h3_idle_has(c->handle))
-        return; /* an extended configuration's: its wrapper looks up the configuration, no handle */
+        return; /* an extended configuration's: its wrapper never looks a kernel up */
     const void **set = &h3_idle_keys[h3_idle_set(c->handle)];
     unsigned w = 0;
     while (w < H3_IDLE_WAYS && set[w] != NULL)
@@ -386,7 +386,10 @@ static inline bool h3_call_unwanted_fast(void)
 #define H3_FIRST(...) H3_FIRST_(__VA_ARGS__, 0)
 #define H3_WRAP_LAUNCH(lib, ret, name, params, args, describe)                                           \
     H3_WRAP_OBSERVED(LAUNCH, lib, ret, name, params, args, describe,                                       \
-                     h3_launch_idle_fast((const void *)(H3_FIRST args)) || H3_LAUNCH_REFUSED(args), (void)0)
+                     ((h3_hooks[H3_FN_##name].props & H3_P_BY_CONFIG) == 0 &&                               \
+                      h3_launch_idle_fast((const void *)(H3_FIRST args))) ||                                   \
+                         H3_LAUNCH_REFUSED(args),                                                              \
+                     (void)0)
 #define H3_WRAP_LIBCALL(lib, ret, name, params, args, describe)                                          \
     H3_WRAP_OBSERVED(LIBCALL, lib, ret, name, params, args, describe,                                      \
                      h3_libcall_idle_fast(H3_FN_##name) || H3_GEMM_REFUSED_FAST(lib, name, describe), (void)0)

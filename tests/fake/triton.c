@@ -30,3 +30,18 @@ FAKE_EXPORT int triton_launch(void **found)
     CUlaunchConfig cfg = {64, 1, 1, 128, 1, 1, 0, NULL, NULL, 0};
     return (int)launch(&cfg, (CUfunction)&triton_kernel, params, NULL);
 }
+
+/* The same kernel through cuLaunchKernel (found the same way), as a
+ * program that launches it both ways would. */
+FAKE_EXPORT int triton_launch_plain(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return -1;
+    PFN_cuLaunchKernel_v4000 launch = (PFN_cuLaunchKernel_v4000)dlsym(h, "cuLaunchKernel");
+    if (launch == NULL)
+        return -2;
+    uint64_t a = 1, b = 2;
+    void *params[2] = {&a, &b};
+    return (int)launch((CUfunction)&triton_kernel, 64, 1, 1, 128, 1, 1, 0, NULL, params, NULL);
+}

@@ -3287,7 +3287,8 @@ START_TEST(a_forward_of_many_kernels_is_forwarded_by_the_wrappers)
 END_TEST
 
 /* A child that launches a Triton-style kernel (cuLaunchKernelEx, found by
- * dlsym) 200 times, learning off, the stats to t_run.err. */
+ * dlsym) 200 times, then once through cuLaunchKernel, learning off, the
+ * stats to t_run.err. */
 static void extended_launches_child(void)
 {
     if (freopen(t_run.err, "w", stderr) == NULL)
@@ -3300,10 +3301,13 @@ static void extended_launches_child(void)
     free(sigs);
     void *h = t_load("libh3faketriton.so", RTLD_NOW | RTLD_LOCAL);
     int (*launch)(void **) = (int (*)(void **))dlsym(h, "triton_launch");
+    int (*plain)(void) = (int (*)(void))dlsym(h, "triton_launch_plain");
     void *found = NULL;
     for (int i = 0; i < 200; i++)
         if (launch == NULL || launch(&found) != 0)
             exit(4);
+    if (plain == NULL || plain() != 0) /* then once through cuLaunchKernel: not in the table */
+        exit(5);
 }
 
 /* An extended configuration's launch (Triton's) is never forwarded by its
@@ -3319,6 +3323,9 @@ START_TEST(extended_launches_take_no_place_in_the_idle_table)
     ck_assert(stats != NULL);
     ck_assert_msg(number_before(stats, " an extended configuration's") >= 199 &&
                       strstr(stats, "something watched calls") == NULL,
+                  "%s", tail_of(stats));
+    /* The kernel's launch through cuLaunchKernel after them was not found in the table. */
+    ck_assert_msg(forwarded(stats, "cuLaunchKernel") == 0 && number_before(stats, " not in the thread's table") == 1,
                   "%s", tail_of(stats));
     free(stats);
 }
