@@ -137,12 +137,13 @@ static void h3_idle_note(const struct h3_call *c, unsigned epoch)
         h3_thread.idle_keys_epoch = epoch;
     }
     h3_thread.idle_epoch = epoch;
-    if (c->handle == NULL || (h3_hooks[c->fn].props & H3_P_BY_CONFIG) != 0 || h3_idle_has(c->handle))
+    if (c->handle == NULL || (h3_hooks[c->fn].props & H3_P_BY_CONFIG) != 0)
         return; /* an extended configuration's: its wrapper never looks a kernel up */
     const void **set = &h3_idle_keys[h3_idle_set(c->handle)];
     unsigned w = 0;
-    while (w < H3_IDLE_WAYS && set[w] != NULL)
-        w++;
+    for (; w < H3_IDLE_WAYS && set[w] != NULL; w++)
+        if (set[w] == c->handle)
+            return; /* noted already */
     if (w == H3_IDLE_WAYS) { /* full: a way at random (kernels that come in turn, more than it holds, keep most) */
         h3_thread.idle_victim = h3_thread.idle_victim * 6364136223846793005ull + 1442695040888963407ull;
         w = (unsigned)(h3_thread.idle_victim >> 61); /* 0..7 */

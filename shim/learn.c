@@ -1126,7 +1126,7 @@ static void h3_learn_follow_quiet(struct h3_learner *l)
     h3_thread.learn_quiet = true;
     h3_thread.learn_gemms = false;
     const unsigned epoch = atomic_load_explicit(&h3_hot.idle_epoch, memory_order_acquire) + 1;
-    if (epoch != 0 && h3_thread.idle_keys_epoch == epoch)
+    if (h3_thread.idle_keys_epoch == epoch) /* 0 where none were noted since a wake: none then */
         h3_thread.idle_epoch = epoch;
 }
 
