@@ -28,7 +28,12 @@ T,H,W), and runs model.decoder.run_blocks on them:
 Each run is timed with CUDA events around the whole stack (its kernels and
 the gaps between them: host-bound at small token counts), per block; a
 shape's ratio is the median paused time over the median observed one (above
-1: the shim is faster). Per shape the shim's observed calls per run come from
+1: the shim is faster). The GPU's time alone: the stack captured as a CUDA
+graph unobserved (unfused) and observed after learning (fused), --pairs
+replays of each alternating back to back (where the GPU may reach its power
+cap), then as many again each after --space-ms of idle GPU (where it does
+not), and nvidia-smi's SM clock and power under each graph replaying for
+--clock-seconds. Per shape the shim's observed calls per run come from
 h3shim_host_time when H3SHIM_STATS=1; its other counts exist only in the
 stats table it prints at exit, so the measurements run in a child process
 (this script with --child, the same environment) whose stderr is read: the
@@ -43,6 +48,7 @@ in one process may pass, leaving the last ones unfused (still bitwise equal).
     LD_PRELOAD=$PWD/build/libh3shim.so H3SHIM_SIGNATURES=$(mktemp -d) H3SHIM_STATS=1 \\
         python3 tests/gpu/learn_shapes.py [--tokens 261,517,773,1029,1285,1349,1541,1797] [--batches 1,2,4]
         [--blocks 8] [--runs 3] [--pairs 20] [--mode inference|serving] [--process-per-shape]
+        [--space-ms 20] [--clock-seconds 3]
         [--json | --out FILE] [--evidence [--tag SUFFIX]]
 
 Without LD_PRELOAD the child gets --shim (default build/libh3shim.so); an
@@ -191,6 +197,22 @@ def child(a):
                     _, ms = timed(g.replay)
                     diffs.append(differing(o, ref))
                     gpu[unfused].append(ms)
+            # The same replays spaced by --space-ms of idle GPU each, so that neither graph runs at the power
+            # cap that back-to-back replays reach: the block's GPU time where the host leaves gaps (eager
+            # serving) or the GPU has power to spare.
+            spaced = {True: [], False: []}
+            for i in range(a.pairs if a.space_ms > 0 else 0):
+                for unfused in ((True, False) if i % 2 == 0 else (False, True)):
+                    g, o = (plain, plain_out) if unfused else (fused, fused_out)
+                    torch.cuda.synchronize()
+                    time.sleep(a.space_ms / 1e3)
+                    _, ms = timed(g.replay)
+                    diffs.append(differing(o, ref))
+                    spaced[unfused].append(ms)
+            if spaced[True]:
+                s.update(gpu_ms_per_block_unfused_spaced=harness.median(spaced[True]),
+                         gpu_ms_per_block_fused_spaced=harness.median(spaced[False]))
+                s["gpu_ratio_spaced"] = s["gpu_ms_per_block_unfused_spaced"] / s["gpu_ms_per_block_fused_spaced"]
             if a.clock_seconds > 0:  # the SM clock and power under each graph's replays, back to back
                 s["gpu_state_unfused"] = h3_vae.gpu_state_during(plain.replay, dev, seconds=a.clock_seconds)
                 s["gpu_state_fused"] = h3_vae.gpu_state_during(fused.replay, dev, seconds=a.clock_seconds)
@@ -252,7 +274,8 @@ def run_child(a, env, tokens, batches):
     """One child measuring `tokens` x `batches`; returns {rc, seconds, result, stats_lines, stats, error}."""
     argv = [sys.executable, os.path.abspath(__file__), "--child", "--tokens", ",".join(map(str, tokens)),
             "--batches", ",".join(map(str, batches)), "--blocks", str(a.blocks), "--runs", str(a.runs),
-            "--pairs", str(a.pairs), "--mode", a.mode, "--seed", str(a.seed), "--clock-seconds", str(a.clock_seconds)]
+            "--pairs", str(a.pairs), "--mode", a.mode, "--seed", str(a.seed),
+            "--clock-seconds", str(a.clock_seconds), "--space-ms", str(a.space_ms)]
     t0 = time.time()
     try:
         p = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=a.timeout)
@@ -300,18 +323,23 @@ def render(doc):
              "GPU time: the stack captured as a CUDA graph unobserved (unfused) and observed after learning "
              "(fused), replays alternating, medians. Eager: whole forwards with CUDA events (host-bound at small "
              "shapes). SM clock, power and clock-event reasons (0x4: the software power cap): nvidia-smi's "
-             "medians while each graph replays back to back (unfused / fused).", "",
+             "medians while each graph replays back to back (unfused / fused). Spaced: the same replays, each "
+             f"after {doc['config'].get('space_ms', 0):g} ms of idle GPU, so that neither runs at the power cap "
+             "(unfused / fused, and their ratio).", "",
              "| tokens | batch | grid | bitwise | GPU ms/block unfused | GPU ms/block fused | GPU ratio | "
-             "SM clock, power (unfused / fused) | "
+             "SM clock, power (unfused / fused) | spaced GPU ms/block | spaced ratio | "
              "eager ms/block paused | eager ms/block observed | eager paused/observed | "
              "paused timed | runs, ms/block | observed calls a run | learned: complete (broken) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in doc["shapes"]:
         bits = ("equal" if s["bitwise_ok"] else f"DIFFERS ({s['differing_max']} elements at most)"
                 if s["differing_max"] else "DIFFERS (two paused runs differed)")
         lines.append(f"| {s['tokens']} | {s['batch']} | {'x'.join(map(str, s['grid']))} | {bits} | "
                      f"{fmt(s.get('gpu_ms_per_block_unfused'))} | {fmt(s.get('gpu_ms_per_block_fused'))} | "
                      f"{fmt(s.get('gpu_ratio'), 3)} | {clock(s)} | "
+                     f"{fmt(s.get('gpu_ms_per_block_unfused_spaced'))} / "
+                     f"{fmt(s.get('gpu_ms_per_block_fused_spaced'))} | "
+                     f"{fmt(s.get('gpu_ratio_spaced'), 3)} | "
                      f"{fmt(s['ms_per_block_paused'])} | {fmt(s['ms_per_block_observed'])} | "
                      f"{fmt(s['ratio_paused_over_observed'], 3)} | "
                      f"{'pairs' if not s['pause_refused'] else 'before observing'} | "
@@ -342,6 +370,8 @@ def main(argv=None):
     p.add_argument("--mode", default="inference", choices=["inference", "serving"],
                    help="h3_vae.decode_context around everything (default inference: inference_mode + autocast)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights (the input: seed + 1)")
+    p.add_argument("--space-ms", type=float, default=20.0,
+                   help="idle ms before each of the spaced replays (0: none; default %(default)s)")
     p.add_argument("--clock-seconds", type=float, default=3.0,
                    help="seconds each graph replays back to back under nvidia-smi's SM clock and power readings "
                         "(the first half second is not counted; 0: not read; default %(default)s)")
@@ -393,7 +423,8 @@ def main(argv=None):
     got = {(s["tokens"], s["batch"]) for s in measured}
     ok = (all(c["rc"] == 0 and not c.get("error") for c in children) and got == set(shapes)
           and all(s["bitwise_ok"] for s in measured))
-    config = ("tokens", "batches", "blocks", "runs", "pairs", "mode", "seed", "process_per_shape", "clock_seconds")
+    config = ("tokens", "batches", "blocks", "runs", "pairs", "mode", "seed", "process_per_shape", "clock_seconds",
+              "space_ms")
     doc = {"pass": ok, "config": {k: getattr(a, k) for k in config},
            "environment": environment, "signatures_dir": sig_dir, "signature_files_at_start": at_start,
            "signature_files_at_end": signature_files(sig_dir), "notes": notes,

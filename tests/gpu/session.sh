@@ -47,7 +47,8 @@
 #   learn-shapes  learn_shapes.py with no signature loaded: block stacks at 261-1797
 #              tokens, batches 1, 2, 4, every one learned in the process, bitwise
 #              against the unobserved stack, GPU time per block from CUDA-graph
-#              replays, the SM clock and power under each (3-4 min, and 2.5 more for
+#              replays back to back and spaced by idle time (--space-ms), the SM clock
+#              and power under each (3-4 min, and 2.5 more for
 #              the clocks: 3 s a graph)
 #   learn-edge  learn_shapes.py at 517 and 773 tokens alone, 5 pairs (1 min)
 #   learn-decode  full_decode.py, serving mode: the committed signatures (S, SG)
@@ -79,6 +80,10 @@ dest=${OUT:-$PWD/build}
 work=$(mktemp -d "${TMPDIR:-/tmp}/h3shim-session.XXXXXX")
 export OUT=$work
 status=0
+# The GPU's name as the Python scripts put it in evidence files' names ("NVIDIA H200" -> nvidia-h200).
+gpu_slug=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr '[:upper:]' '[:lower:]' |
+    sed -E 's/[^a-z0-9]+/-/g; s/^-+|-+$//g')
+gpu_slug=${gpu_slug:-no-gpu}
 pack() { tar czf "$dest/session.tgz" -C "$work" . ; }
 
 if ! make -j"$(nproc)" >"$work/make.log" 2>&1; then
@@ -119,7 +124,7 @@ profile_arms() {
     local name=$1 flag=$2 limit=$3 title=$4 about=$5 spec arm
     shift 5
     local p docs=()
-    p="$work/$(date +%F)-nvidia-h200-$name"
+    p="$work/$(date +%F)-$gpu_slug-$name"
     for spec in "$@"; do
         arm=${spec%%:*}
         local pre=()
@@ -188,8 +193,7 @@ for step in "${steps[@]}"; do
                         H3_ROBUST_PAIR_ITERS=1 python3 tests/gpu/robust.py --child workloads
                 done
             done
-            ev="tests/evidence/$(date -u +%F)-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 |
-                tr 'A-Z ' 'a-z-')-learner-costs"
+            ev="tests/evidence/$(date -u +%F)-$gpu_slug-learner-costs"
             python3 tests/tools/trace_learner.py --evidence "$ev" "$work" \
                 $(tr , ' ' <<<"${PAIRS_WORKLOADS:-llama_8l_fp16,vit_b16_bf16}") && cp "$ev".json "$ev".md "$work"/
             pack ;;
@@ -206,7 +210,7 @@ for step in "${steps[@]}"; do
             # for scripts/perfetto_screenshot.py.
             run trace 120 env LD_PRELOAD="$PWD/build/libh3shim.so" H3SHIM_TRACE="$work/trace.json" \
                 H3SHIM_TRACE_FORMAT=chrome python3 scripts/serve.py --latent 1,24,12,24,24 --blocks 2 --requests 1 --warmup 0
-            gzip -c "$work/trace.json" >"$work/$(date +%F)-nvidia-h200-trace-chrome.json.gz"
+            gzip -c "$work/trace.json" >"$work/$(date +%F)-$gpu_slug-trace-chrome.json.gz"
             rm -f "$work/trace.json" ;;
         learn-shapes) run learn-shapes 540 python3 tests/gpu/learn_shapes.py --pairs 10 --evidence ;;
         learn-edge) run learn-edge 150 python3 tests/gpu/learn_shapes.py --tokens 517,773 --pairs 5 --evidence \
