@@ -31,8 +31,8 @@ shape's ratio is the median paused time over the median observed one (above
 1: the shim is faster). The GPU's time alone: the stack captured as a CUDA
 graph unobserved (unfused) and observed after learning (fused), --pairs
 replays of each alternating back to back (where the GPU may reach its power
-cap), then as many again each after --space-ms of idle GPU (where it does
-not), and nvidia-smi's SM clock and power under each graph replaying for
+cap), then as many again each after --space-ms of idle GPU (meant to keep it
+under the cap; the clock is not read there), and nvidia-smi's SM clock and power under each graph replaying for
 --clock-seconds. Per shape the shim's observed calls per run come from
 h3shim_host_time when H3SHIM_STATS=1; its other counts exist only in the
 stats table it prints at exit, so the measurements run in a child process
@@ -197,7 +197,7 @@ def child(a):
                     _, ms = timed(g.replay)
                     diffs.append(differing(o, ref))
                     gpu[unfused].append(ms)
-            # The same replays spaced by --space-ms of idle GPU each, so that neither graph runs at the power
+            # The same replays spaced by --space-ms of idle GPU each, meant to keep either graph from the power
             # cap that back-to-back replays reach: the block's GPU time where the host leaves gaps (eager
             # serving) or the GPU has power to spare.
             spaced = {True: [], False: []}
@@ -323,9 +323,10 @@ def render(doc):
              "GPU time: the stack captured as a CUDA graph unobserved (unfused) and observed after learning "
              "(fused), replays alternating, medians. Eager: whole forwards with CUDA events (host-bound at small "
              "shapes). SM clock, power and clock-event reasons (0x4: the software power cap): nvidia-smi's "
-             "medians while each graph replays back to back (unfused / fused). Spaced: the same replays, each "
-             f"after {doc['config'].get('space_ms', 0):g} ms of idle GPU, so that neither runs at the power cap "
-             "(unfused / fused, and their ratio).", "",
+             "medians while each graph replays back to back (unfused / fused)."
+             + (f" Spaced: the same replays, each after {doc['config']['space_ms']:g} ms of idle GPU, meant to keep "
+                "either from reaching the power cap (unfused / fused, and their ratio; the clock is not read there)."
+                if doc["config"].get("space_ms", 0) > 0 else ""), "",
              "| tokens | batch | grid | bitwise | GPU ms/block unfused | GPU ms/block fused | GPU ratio | "
              "SM clock, power (unfused / fused) | spaced GPU ms/block | spaced ratio | "
              "eager ms/block paused | eager ms/block observed | eager paused/observed | "

@@ -81,8 +81,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/h3shim-session.XXXXXX")
 export OUT=$work
 status=0
 # The GPU's name as the Python scripts put it in evidence files' names ("NVIDIA H200" -> nvidia-h200).
-gpu_slug=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr '[:upper:]' '[:lower:]' |
-    sed -E 's/[^a-z0-9]+/-/g; s/^-+|-+$//g')
+# (nvidia-smi that cannot reach the driver prints its error on stdout: no name then.)
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) || gpu_name=
+gpu_slug=$(tr '[:upper:]' '[:lower:]' <<<"$gpu_name" | sed -E 's/[^a-z0-9]+/-/g; s/^-+|-+$//g')
 gpu_slug=${gpu_slug:-no-gpu}
 pack() { tar czf "$dest/session.tgz" -C "$work" . ; }
 

@@ -549,10 +549,29 @@ class LearnShapes(unittest.TestCase):
         self.assertEqual(calls, [([261, 1797], [1, 2], os.path.abspath(__file__), "1")])
         self.assertTrue(doc["pass"])
         self.assertEqual(len(doc["shapes"]), 4)
-        self.assertIn("| 261 | 1 | 1x16x16 | equal | - | - | - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 | 400 | - |",
-                      text)
-        self.assertIn("| 261 | 2 | 1x16x16 | equal | - | - | - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 | 400 | 21 (0) |",
-                      text)
+        self.assertIn("| 261 | 1 | 1x16x16 | equal | - | - | - | - | - / - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 "
+                      "| 400 | - |", text)
+        self.assertIn("| 261 | 2 | 1x16x16 | equal | - | - | - | - | - / - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 "
+                      "| 400 | 21 (0) |", text)
+        self.assertIn("Spaced: the same replays, each after 20 ms of idle GPU", text)
+
+    def test_spaced_replays_have_columns_and_no_sentence_when_off(self):
+        def spaced(tokens, batches):
+            doc = self.every(tokens, batches)
+            doc["shapes"][0].update(gpu_ms_per_block_unfused_spaced=0.9, gpu_ms_per_block_fused_spaced=0.5,
+                                    gpu_ratio_spaced=1.8)
+            return doc
+        rc, _, doc, text = self.run_main(spaced)
+        self.assertEqual(rc, 0)
+        self.assertEqual(doc["config"]["space_ms"], 20.0)
+        self.assertIn("| - | - | 0.9000 / 0.5000 | 1.800 | 1.0000 |", text)
+        header, rule = [ln for ln in text.splitlines() if ln.startswith("| tokens") or ln.startswith("|---")]
+        row = next(ln for ln in text.splitlines() if ln.startswith("| 261 | 1 "))
+        self.assertEqual(header.count("|"), rule.count("|"))
+        self.assertEqual(header.count("|"), row.count("|"))
+        _, _, doc, text = self.run_main(self.every, ["--space-ms", "0"])
+        self.assertEqual(doc["config"]["space_ms"], 0.0)
+        self.assertNotIn("Spaced:", text)
         self.assertIn("1 groups learned, 0 refused", text)
 
     def test_a_bitwise_difference_fails(self):
@@ -594,10 +613,13 @@ class LearnShapes(unittest.TestCase):
             "h3shim: 9 stats: signature learned/block-learned-2-42calls-n522: 5 complete, 1 broken",
             "h3shim: 9 stats: op swiglu       21 groups run (42 calls)"])
         done = types.SimpleNamespace(returncode=0, stdout='{"shapes": []}\n', stderr=stderr)
-        a = types.SimpleNamespace(blocks=8, runs=3, pairs=20, mode="inference", seed=0, timeout=60, clock_seconds=1.5)
-        with mock.patch.object(self.ls.subprocess, "run", lambda *a, **k: done), \
+        a = types.SimpleNamespace(blocks=8, runs=3, pairs=20, mode="inference", seed=0, timeout=60, clock_seconds=1.5,
+                                  space_ms=20.0)
+        argv = []
+        with mock.patch.object(self.ls.subprocess, "run", lambda cmd, **k: argv.extend(cmd) or done), \
                 contextlib.redirect_stderr(io.StringIO()):
             c = self.ls.run_child(a, {}, [261], [1, 2])
+        self.assertEqual(argv[argv.index("--space-ms") + 1], "20.0")
         self.assertEqual(c["result"], {"shapes": []})
         self.assertEqual(c["stats_lines"], [stderr.splitlines()[1]] + stderr.splitlines()[4:])
         self.assertEqual(c["stats"]["ops"], {"swiglu": (21, 42)})
