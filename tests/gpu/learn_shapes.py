@@ -32,8 +32,8 @@ shape's ratio is the median paused time over the median observed one (above
 graph unobserved (unfused) and observed after learning (fused), --pairs
 replays of each alternating back to back (where the GPU may reach its power
 cap), then as many again each after --space-ms of idle GPU (meant to keep it
-under the cap; the clock is not read there), and nvidia-smi's SM clock and power under each graph replaying for
---clock-seconds. Per shape the shim's observed calls per run come from
+under the cap; the clock is not read there), and nvidia-smi's SM clock and
+power under each graph replaying for --clock-seconds. Per shape the shim's observed calls per run come from
 h3shim_host_time when H3SHIM_STATS=1; its other counts exist only in the
 stats table it prints at exit, so the measurements run in a child process
 (this script with --child, the same environment) whose stderr is read: the
@@ -190,26 +190,31 @@ def child(a):
             fused = torch.cuda.CUDAGraph()
             with torch.cuda.graph(fused):
                 fused_out = fwd()
-            gpu = {True: [], False: []}
-            for i in range(a.pairs):
-                for unfused in ((True, False) if i % 2 == 0 else (False, True)):
-                    g, o = (plain, plain_out) if unfused else (fused, fused_out)
-                    _, ms = timed(g.replay)
-                    diffs.append(differing(o, ref))
-                    gpu[unfused].append(ms)
+
+            def replays(idle_ms):
+                """{unfused?: ms per block} of --pairs replays of each graph alternating, each after idle_ms of
+                idle GPU (0: back to back), every replay's output compared."""
+                times = {True: [], False: []}
+                for i in range(a.pairs):
+                    for unfused in ((True, False) if i % 2 == 0 else (False, True)):
+                        g, o = (plain, plain_out) if unfused else (fused, fused_out)
+                        if idle_ms > 0:
+                            torch.cuda.synchronize()
+                            time.sleep(idle_ms / 1e3)
+                        _, ms = timed(g.replay)
+                        diffs.append(differing(o, ref))
+                        times[unfused].append(ms)
+                return times
+
+            gpu = replays(0)
+            s.update(gpu_ms_per_block_unfused=harness.median(gpu[True]),
+                     gpu_ms_per_block_fused=harness.median(gpu[False]))
+            s["gpu_ratio"] = s["gpu_ms_per_block_unfused"] / s["gpu_ms_per_block_fused"]
             # The same replays spaced by --space-ms of idle GPU each, meant to keep either graph from the power
             # cap that back-to-back replays reach: the block's GPU time where the host leaves gaps (eager
             # serving) or the GPU has power to spare.
-            spaced = {True: [], False: []}
-            for i in range(a.pairs if a.space_ms > 0 else 0):
-                for unfused in ((True, False) if i % 2 == 0 else (False, True)):
-                    g, o = (plain, plain_out) if unfused else (fused, fused_out)
-                    torch.cuda.synchronize()
-                    time.sleep(a.space_ms / 1e3)
-                    _, ms = timed(g.replay)
-                    diffs.append(differing(o, ref))
-                    spaced[unfused].append(ms)
-            if spaced[True]:
+            if a.space_ms > 0:
+                spaced = replays(a.space_ms)
                 s.update(gpu_ms_per_block_unfused_spaced=harness.median(spaced[True]),
                          gpu_ms_per_block_fused_spaced=harness.median(spaced[False]))
                 s["gpu_ratio_spaced"] = s["gpu_ms_per_block_unfused_spaced"] / s["gpu_ms_per_block_fused_spaced"]
@@ -218,9 +223,6 @@ def child(a):
                 s["gpu_state_fused"] = h3_vae.gpu_state_during(fused.replay, dev, seconds=a.clock_seconds)
                 diffs.append(differing(fused_out, ref))
             del plain, fused, plain_out, fused_out, out
-            s.update(gpu_ms_per_block_unfused=harness.median(gpu[True]),
-                     gpu_ms_per_block_fused=harness.median(gpu[False]))
-            s["gpu_ratio"] = s["gpu_ms_per_block_unfused"] / s["gpu_ms_per_block_fused"]
             in_pairs = len(paired[True]) == a.pairs
             s.update(runs=runs, pairs=a.pairs, pause_refused=refused,
                      differing_max=max(diffs), outputs_compared=len(diffs),
