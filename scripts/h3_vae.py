@@ -747,14 +747,63 @@ def profile_vit(model, device, reps=20, seed=0, mode="inference"):
     return result
 
 
+class Nvml:
+    """The GPU's own counters through NVML (libnvidia-ml.so.1, the library nvidia-smi reads), by ctypes:
+    its total energy since the driver loaded (mJ), the SM clock now (MHz) and the active clock-event
+    reasons (a bit mask: 0x4 the software power cap). Each reader returns None where the library, the
+    device or the query is missing, so a caller reports nothing rather than fails."""
+
+    SM_CLOCK = 1  # NVML_CLOCK_SM
+
+    def __init__(self, device):
+        import ctypes
+        self.ct, self.lib, self.dev = ctypes, None, None
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if lib.nvmlInit_v2() != 0:
+                return
+            dev = ctypes.c_void_p()
+            uuid = f"GPU-{torch.cuda.get_device_properties(device).uuid}".encode()
+            if lib.nvmlDeviceGetHandleByUUID(ctypes.c_char_p(uuid), ctypes.byref(dev)) != 0:
+                return
+            self.lib, self.dev = lib, dev
+        except (OSError, AttributeError, RuntimeError):
+            pass
+
+    def _read(self, names, ctype, *args):
+        if self.lib is None:
+            return None
+        for name in names:
+            fn = getattr(self.lib, name, None)
+            if fn is None:
+                continue
+            value = ctype()
+            if fn(self.dev, *args, self.ct.byref(value)) == 0:
+                return value.value
+        return None
+
+    def energy_mj(self):
+        return self._read(("nvmlDeviceGetTotalEnergyConsumption",), self.ct.c_ulonglong)
+
+    def sm_clock_mhz(self):
+        return self._read(("nvmlDeviceGetClockInfo",), self.ct.c_uint, self.ct.c_int(self.SM_CLOCK))
+
+    def event_reasons(self):
+        return self._read(("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+                          self.ct.c_ulonglong)
+
+
 def gpu_state_during(fn, device, seconds=3.0):
     """What nvidia-smi reads every 50 ms while fn() runs back to back (synchronised
     each call) for `seconds`, past the first half second: the median SM clock (MHz),
     power (W) and temperature (C), and every clock-event reason seen (a bit mask,
     e.g. 0x4 software power cap). A GPU that slows its clock under a denser
-    load makes the same kernels slower in one arm than in another."""
+    load makes the same kernels slower in one arm than in another. Past the same
+    half second, the GPU's energy counter (NVML) gives the energy of one call of fn
+    (energy_mj_per_call: the whole GPU's, idle power included) where it can be read."""
     query = "clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
     uuid = str(torch.cuda.get_device_properties(device).uuid)
+    nvml = Nvml(device)
     try:
         smi = subprocess.Popen(["nvidia-smi", "-i", f"GPU-{uuid}", f"--query-gpu={query}",
                                 "--format=csv,noheader,nounits", "-lms", "50"],
@@ -762,9 +811,15 @@ def gpu_state_during(fn, device, seconds=3.0):
     except OSError as e:
         return {"error": f"nvidia-smi: {e}"}
     start = time.time()
+    calls, energy_start = 0, None
     while time.time() - start < seconds:
         fn()
         sync(device)
+        if energy_start is None and time.time() - start >= 0.5:
+            energy_start, calls = nvml.energy_mj(), 0
+        else:
+            calls += 1
+    energy_end = nvml.energy_mj()
     smi.terminate()
     lines = smi.communicate()[0].splitlines()
     rows = []
@@ -779,9 +834,12 @@ def gpu_state_during(fn, device, seconds=3.0):
     reasons = 0
     for r in rows:
         reasons |= r[3]
-    return {"samples": len(rows), "sm_clock_mhz": median([r[0] for r in rows]),
-            "power_w": median([r[1] for r in rows]), "temperature_c": median([r[2] for r in rows]),
-            "clock_event_reasons": hex(reasons)}
+    state = {"samples": len(rows), "sm_clock_mhz": median([r[0] for r in rows]),
+             "power_w": median([r[1] for r in rows]), "temperature_c": median([r[2] for r in rows]),
+             "clock_event_reasons": hex(reasons)}
+    if energy_start is not None and energy_end is not None and calls > 0:
+        state.update(energy_mj_per_call=(energy_end - energy_start) / calls, energy_calls=calls)
+    return state
 
 
 def dispatch_floor(model, device, reps=20, seed=0, mode="inference"):

@@ -32,8 +32,9 @@ shape's ratio is the median paused time over the median observed one (above
 graph unobserved (unfused) and observed after learning (fused), --pairs
 replays of each alternating back to back (where the GPU may reach its power
 cap), then as many again each after --space-ms of idle GPU (meant to keep it
-under the cap; the clock is not read there), and nvidia-smi's SM clock and
-power under each graph replaying for --clock-seconds. Per shape the shim's observed calls per run come from
+under the cap; NVML's SM clock and clock-event reasons read during each),
+and nvidia-smi's SM clock and power and NVML's energy counter under each
+graph replaying for --clock-seconds (energy per block). Per shape the shim's observed calls per run come from
 h3shim_host_time when H3SHIM_STATS=1; its other counts exist only in the
 stats table it prints at exit, so the measurements run in a child process
 (this script with --child, the same environment) whose stderr is read: the
@@ -112,6 +113,18 @@ def grid_for(tokens):
 
 # ---------------------------------------------------------------- child side
 
+def nvml_state(readings):
+    """The median SM clock and every clock-event reason of (MHz, reasons) readings, as gpu_state_during
+    reports them; {} where NVML gave none."""
+    clocks = [c for c, _ in readings if c is not None]
+    if not clocks:
+        return {}
+    reasons = 0
+    for _, r in readings:
+        reasons |= r or 0
+    return {"samples": len(clocks), "sm_clock_mhz": harness.median(clocks), "clock_event_reasons": hex(reasons)}
+
+
 def child(a):
     """Both steps for every shape of `a` in this process; returns the JSON-ready result."""
     import torch
@@ -122,16 +135,21 @@ def child(a):
     if pause(1) != 0:  # before the model's weights are made: the learner sees nothing but the runs of step 2
         return {"usage_error": "h3shim_pause(1) refused at the start (a trace being written?)"}
     dev = torch.device("cuda")
+    nvml = h3_vae.Nvml(dev)
     model = h3_vae.build_model(a.blocks, a.seed, dev, requires_grad=a.mode == "serving")
     decoder, blocks = model.decoder, a.blocks
 
-    def timed(fwd):
+    def timed(fwd, during=None):
+        """fwd()'s output and its CUDA-event time per block; during(), if given, runs on the host while the
+        GPU runs fwd's work (its result is the third value)."""
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         out = fwd()
+        seen = during() if during else None
         end.record()
         end.synchronize()
-        return out, start.elapsed_time(end) / blocks
+        ms = start.elapsed_time(end) / blocks
+        return (out, ms, seen) if during else (out, ms)
 
     def differing(out, ref):
         """Elements whose bits differ (-1: another shape or dtype)."""
@@ -193,20 +211,24 @@ def child(a):
 
             def replays(idle_ms):
                 """{unfused?: ms per block} of --pairs replays of each graph alternating, each after idle_ms of
-                idle GPU (0: back to back), every replay's output compared."""
-                times = {True: [], False: []}
+                idle GPU (0: back to back), every replay's output compared; with idle_ms, also {unfused?: (SM
+                clock, clock-event reasons)} read from NVML while each replay runs."""
+                times, seen = {True: [], False: []}, {True: [], False: []}
                 for i in range(a.pairs):
                     for unfused in ((True, False) if i % 2 == 0 else (False, True)):
                         g, o = (plain, plain_out) if unfused else (fused, fused_out)
                         if idle_ms > 0:
                             torch.cuda.synchronize()
                             time.sleep(idle_ms / 1e3)
-                        _, ms = timed(g.replay)
+                            _, ms, state = timed(g.replay, lambda: (nvml.sm_clock_mhz(), nvml.event_reasons()))
+                            seen[unfused].append(state)
+                        else:
+                            _, ms = timed(g.replay)
                         diffs.append(differing(o, ref))
                         times[unfused].append(ms)
-                return times
+                return times, seen
 
-            gpu = replays(0)
+            gpu, _ = replays(0)
             s.update(gpu_ms_per_block_unfused=harness.median(gpu[True]),
                      gpu_ms_per_block_fused=harness.median(gpu[False]))
             s["gpu_ratio"] = s["gpu_ms_per_block_unfused"] / s["gpu_ms_per_block_fused"]
@@ -214,13 +236,18 @@ def child(a):
             # cap that back-to-back replays reach: the block's GPU time where the host leaves gaps (eager
             # serving) or the GPU has power to spare.
             if a.space_ms > 0:
-                spaced = replays(a.space_ms)
+                spaced, seen = replays(a.space_ms)
                 s.update(gpu_ms_per_block_unfused_spaced=harness.median(spaced[True]),
                          gpu_ms_per_block_fused_spaced=harness.median(spaced[False]))
                 s["gpu_ratio_spaced"] = s["gpu_ms_per_block_unfused_spaced"] / s["gpu_ms_per_block_fused_spaced"]
+                for unfused, arm in ((True, "unfused"), (False, "fused")):
+                    s[f"gpu_state_{arm}_spaced"] = nvml_state(seen[unfused])
             if a.clock_seconds > 0:  # the SM clock and power under each graph's replays, back to back
                 s["gpu_state_unfused"] = h3_vae.gpu_state_during(plain.replay, dev, seconds=a.clock_seconds)
                 s["gpu_state_fused"] = h3_vae.gpu_state_during(fused.replay, dev, seconds=a.clock_seconds)
+                for arm in ("unfused", "fused"):
+                    if "energy_mj_per_call" in s[f"gpu_state_{arm}"]:
+                        s[f"energy_mj_per_block_{arm}"] = s[f"gpu_state_{arm}"]["energy_mj_per_call"] / blocks
                 diffs.append(differing(fused_out, ref))
             del plain, fused, plain_out, fused_out, out
             in_pairs = len(paired[True]) == a.pairs
@@ -306,12 +333,22 @@ def fmt(v, digits=4):
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def clock(s):
-    """'SM MHz, W: unfused / fused' of a shape whose graphs' replays were watched (--clock-seconds), else '-'."""
-    states = [s.get("gpu_state_unfused"), s.get("gpu_state_fused")]
+def clock(s, spaced=""):
+    """'SM MHz, W, reasons: unfused / fused' of a shape whose graphs' replays were watched (--clock-seconds;
+    spaced="_spaced": NVML's readings under the spaced replays, no power), else '-'."""
+    states = [s.get(f"gpu_state_unfused{spaced}"), s.get(f"gpu_state_fused{spaced}")]
     if not all(isinstance(g, dict) and "sm_clock_mhz" in g for g in states):
         return "-"
-    return " / ".join(f"{g['sm_clock_mhz']:.0f} MHz {g['power_w']:.0f} W {g['clock_event_reasons']}" for g in states)
+    return " / ".join(f"{g['sm_clock_mhz']:.0f} MHz" + (f" {g['power_w']:.0f} W" if "power_w" in g else "")
+                      + f" {g['clock_event_reasons']}" for g in states)
+
+
+def energy(s):
+    """'mJ a block unfused / fused (ratio)' from NVML's energy counter under the back-to-back replays, else '-'."""
+    u, f = s.get("energy_mj_per_block_unfused"), s.get("energy_mj_per_block_fused")
+    if u is None or f is None or f <= 0:
+        return "-"
+    return f"{u:.3f} / {f:.3f} ({u / f:.3f})"
 
 
 def render(doc):
@@ -325,24 +362,27 @@ def render(doc):
              "GPU time: the stack captured as a CUDA graph unobserved (unfused) and observed after learning "
              "(fused), replays alternating, medians. Eager: whole forwards with CUDA events (host-bound at small "
              "shapes). SM clock, power and clock-event reasons (0x4: the software power cap): nvidia-smi's "
-             "medians while each graph replays back to back (unfused / fused)."
+             "medians while each graph replays back to back (unfused / fused); energy: the GPU's energy counter "
+             "(NVML, the whole board, idle power included) over the same replays, per block."
              + (f" Spaced: the same replays, each after {doc['config']['space_ms']:g} ms of idle GPU, meant to keep "
-                "either from reaching the power cap (unfused / fused, and their ratio; the clock is not read there)."
+                "either from reaching the power cap (unfused / fused, and their ratio), with NVML's SM clock and "
+                "clock-event reasons read while each replay runs (medians, reasons of all)."
                 if doc["config"].get("space_ms", 0) > 0 else ""), "",
              "| tokens | batch | grid | bitwise | GPU ms/block unfused | GPU ms/block fused | GPU ratio | "
-             "SM clock, power (unfused / fused) | spaced GPU ms/block | spaced ratio | "
+             "SM clock, power (unfused / fused) | energy mJ/block (unfused / fused) | spaced GPU ms/block | "
+             "spaced ratio | spaced SM clock (unfused / fused) | "
              "eager ms/block paused | eager ms/block observed | eager paused/observed | "
              "paused timed | runs, ms/block | observed calls a run | learned: complete (broken) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in doc["shapes"]:
         bits = ("equal" if s["bitwise_ok"] else f"DIFFERS ({s['differing_max']} elements at most)"
                 if s["differing_max"] else "DIFFERS (two paused runs differed)")
         lines.append(f"| {s['tokens']} | {s['batch']} | {'x'.join(map(str, s['grid']))} | {bits} | "
                      f"{fmt(s.get('gpu_ms_per_block_unfused'))} | {fmt(s.get('gpu_ms_per_block_fused'))} | "
-                     f"{fmt(s.get('gpu_ratio'), 3)} | {clock(s)} | "
+                     f"{fmt(s.get('gpu_ratio'), 3)} | {clock(s)} | {energy(s)} | "
                      f"{fmt(s.get('gpu_ms_per_block_unfused_spaced'))} / "
                      f"{fmt(s.get('gpu_ms_per_block_fused_spaced'))} | "
-                     f"{fmt(s.get('gpu_ratio_spaced'), 3)} | "
+                     f"{fmt(s.get('gpu_ratio_spaced'), 3)} | {clock(s, '_spaced')} | "
                      f"{fmt(s['ms_per_block_paused'])} | {fmt(s['ms_per_block_observed'])} | "
                      f"{fmt(s['ratio_paused_over_observed'], 3)} | "
                      f"{'pairs' if not s['pause_refused'] else 'before observing'} | "

@@ -542,6 +542,15 @@ class LearnShapes(unittest.TestCase):
         self.assertEqual(self.ls.clock(s), "-")
         s["gpu_state_fused"] = {"sm_clock_mhz": 1672.5, "power_w": 690.0, "clock_event_reasons": "0x4"}
         self.assertEqual(self.ls.clock(s), "1980 MHz 650 W 0x0 / 1672 MHz 690 W 0x4")
+        self.assertEqual(self.ls.energy(s), "-")
+        s.update(energy_mj_per_block_unfused=0.6, energy_mj_per_block_fused=0.0)
+        self.assertEqual(self.ls.energy(s), "-")
+
+    def test_nvml_readings(self):
+        self.assertEqual(self.ls.nvml_state([]), {})
+        self.assertEqual(self.ls.nvml_state([(None, None), (None, 4)]), {})
+        self.assertEqual(self.ls.nvml_state([(1980, 0), (1700, 4), (1800, None)]),
+                         {"samples": 3, "sm_clock_mhz": 1800, "clock_event_reasons": "0x4"})
 
     def test_every_shape_equal_passes_in_one_child(self):
         rc, calls, doc, text = self.run_main(self.every)
@@ -549,10 +558,10 @@ class LearnShapes(unittest.TestCase):
         self.assertEqual(calls, [([261, 1797], [1, 2], os.path.abspath(__file__), "1")])
         self.assertTrue(doc["pass"])
         self.assertEqual(len(doc["shapes"]), 4)
-        self.assertIn("| 261 | 1 | 1x16x16 | equal | - | - | - | - | - / - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 "
-                      "| 400 | - |", text)
-        self.assertIn("| 261 | 2 | 1x16x16 | equal | - | - | - | - | - / - | - | 1.0000 | 0.8000 | 1.250 | pairs | 0.9000 "
-                      "| 400 | 21 (0) |", text)
+        self.assertIn("| 261 | 1 | 1x16x16 | equal | - | - | - | - | - | - / - | - | - | 1.0000 | 0.8000 | 1.250 | pairs "
+                      "| 0.9000 | 400 | - |", text)
+        self.assertIn("| 261 | 2 | 1x16x16 | equal | - | - | - | - | - | - / - | - | - | 1.0000 | 0.8000 | 1.250 | pairs "
+                      "| 0.9000 | 400 | 21 (0) |", text)
         self.assertIn("Spaced: the same replays, each after 20 ms of idle GPU", text)
         self.assertIn("1 groups learned, 0 refused", text)
 
@@ -560,12 +569,18 @@ class LearnShapes(unittest.TestCase):
         def spaced(tokens, batches):
             doc = self.every(tokens, batches)
             doc["shapes"][0].update(gpu_ms_per_block_unfused_spaced=0.9, gpu_ms_per_block_fused_spaced=0.5,
-                                    gpu_ratio_spaced=1.8)
+                                    gpu_ratio_spaced=1.8,
+                                    gpu_state_unfused_spaced={"samples": 20, "sm_clock_mhz": 1980,
+                                                              "clock_event_reasons": "0x0"},
+                                    gpu_state_fused_spaced={"samples": 20, "sm_clock_mhz": 1965.0,
+                                                            "clock_event_reasons": "0x0"})
+            doc["shapes"][1].update(energy_mj_per_block_unfused=0.62, energy_mj_per_block_fused=0.4)
             return doc
         rc, _, doc, text = self.run_main(spaced)
         self.assertEqual(rc, 0)
         self.assertEqual(doc["config"]["space_ms"], 20.0)
-        self.assertIn("| - | - | 0.9000 / 0.5000 | 1.800 | 1.0000 |", text)
+        self.assertIn("| - | - | - | 0.9000 / 0.5000 | 1.800 | 1980 MHz 0x0 / 1965 MHz 0x0 | 1.0000 |", text)
+        self.assertIn("| - | - | 0.620 / 0.400 (1.550) | - / - | - | - | 1.0000 |", text)
         header, rule = [ln for ln in text.splitlines() if ln.startswith("| tokens") or ln.startswith("|---")]
         row = next(ln for ln in text.splitlines() if ln.startswith("| 261 | 1 "))
         self.assertEqual(header.count("|"), rule.count("|"))
