@@ -36,8 +36,9 @@ SHA-256 must be the same in every process:
              ranks, against the same tiles on one GPU.
   variants   the H3 decoder as users change it: batch 2, a smaller tile, bf16
              autocast, no autocast, grad mode, another norm eps, forward
-             hooks on a block and on a GEMM; the stats lines show where the
-             ops ran and where the match broke.
+             hooks on a block and on a GEMM, FP16 reduced-precision reductions
+             off, deterministic algorithms (every torch.empty filled); the
+             stats lines show where the ops ran and where the match broke.
   implementations
              the block written other ways (block_impls.py: the norm by hand,
              three q/k/v GEMMs, interleaved RoPE, addcmul or in-place
@@ -417,6 +418,16 @@ def child_variants():
     decode("forward_hook_on_to_qkv")
     handle.remove()
     decode("as_recorded_again")
+    # PyTorch's own switches that change the block's calls, each set for its variant and put back.
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    decode("fp16_reduced_precision_reduction_off")
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS needs it
+    torch.use_deterministic_algorithms(True)  # and torch.empty's memory filled (NaN) by a launch of its own
+    decode("deterministic_algorithms")
+    decode("deterministic_algorithms_batch_2", x=torch.cat([tile, h3_vae.make_latent((1, 24, 7, 16, 16), 5, dev)]))
+    torch.use_deterministic_algorithms(False)
+    decode("as_recorded_last")
     return res
 
 
