@@ -73,6 +73,7 @@ enum h3_hook_prop {
     H3_P_WRITES_ANYWHERE = 1u << 7,    /* writes memory the shim cannot bound (graphs, host functions, batches, cooperative launches) */
     H3_P_FORGETS = 1u << 8,            /* CONFIG: forgets a handle, before the real call (which may let another thread's create reuse it) */
     H3_P_BY_CONFIG = 1u << 9,          /* LAUNCH: its first argument is an extended configuration, not the kernel */
+    H3_P_FREES = 1u << 10,             /* SYNC: gives device memory back (a free: its allocation; an unmap: its range) */
 };
 struct h3_hook_info {
     const char *name;

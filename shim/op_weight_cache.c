@@ -394,8 +394,26 @@ static bool h3_wc_extra_buffer(void **extra, const void **buf, size_t *size)
     return false;
 }
 
+/* The memory a freeing call (H3_P_FREES) gives back: an unmap's range, a
+ * free's whole allocation (asked before the free is forwarded); false when
+ * the allocation cannot be told. */
+static bool h3_wc_freed_span(const struct h3_call *c, uint64_t *lo, uint64_t *hi)
+{
+    uint64_t dst = (uint64_t)(uintptr_t)c->u.sync.dst, bytes = c->u.sync.bytes;
+    if (bytes == 0) {
+        __typeof__(&cuMemGetAddressRange_v2) range = H3_LIB_FN(CUDA, cuMemGetAddressRange_v2);
+        CUdeviceptr base;
+        size_t size;
+        if (range == NULL || range(&base, &size, (CUdeviceptr)dst) != CUDA_SUCCESS)
+            return false;
+        dst = base, bytes = size;
+    }
+    *lo = dst, *hi = bytes > UINT64_MAX - dst ? UINT64_MAX : dst + bytes;
+    return true;
+}
+
 /* Tells `k` what call `c` may write (its launch parameters' words, its
- * library outputs, its copy or memset destination, a free's allocation). */
+ * library outputs, its copy or memset destination, a free's memory). */
 /* Inlined, so that at each call the sink is a constant (no indirect call per
  * launch parameter word on the hot path). */
 static inline __attribute__((always_inline)) void h3_wc_each_write(const struct h3_call *c,
@@ -405,17 +423,12 @@ static inline __attribute__((always_inline)) void h3_wc_each_write(const struct 
         if (h3_hooks[c->fn].props & H3_P_WRITES_ANYWHERE) { /* graphs, host functions, batches, cooperative */
             k->range(k->arg, 0, UINT64_MAX);
         } else if (c->u.sync.dst != NULL) {
-            uint64_t dst = (uint64_t)(uintptr_t)c->u.sync.dst, bytes = c->u.sync.bytes;
-            if (bytes == 0) { /* a free: the whole allocation */
-                __typeof__(&cuMemGetAddressRange_v2) range = H3_LIB_FN(CUDA, cuMemGetAddressRange_v2);
-                CUdeviceptr base;
-                size_t size;
-                if (range != NULL && range(&base, &size, (CUdeviceptr)dst) == CUDA_SUCCESS)
-                    dst = base, bytes = size;
-                else
-                    dst = 0, bytes = UINT64_MAX;
-            }
-            k->range(k->arg, dst, bytes > UINT64_MAX - dst ? UINT64_MAX : dst + bytes);
+            uint64_t lo = 0, hi = UINT64_MAX, dst = (uint64_t)(uintptr_t)c->u.sync.dst, bytes = c->u.sync.bytes;
+            if (h3_hooks[c->fn].props & H3_P_FREES)
+                (void)h3_wc_freed_span(c, &lo, &hi); /* unknown: anywhere */
+            else
+                lo = dst, hi = bytes > UINT64_MAX - dst ? UINT64_MAX : dst + bytes;
+            k->range(k->arg, lo, hi);
         }
         return;
     }
@@ -602,20 +615,19 @@ void h3_wcache_observe(struct h3_call *c)
             h3_graphs_unlock();
         }
     }
-    if (c->kind == H3_KIND_SYNC && c->u.sync.dst != NULL && c->u.sync.bytes == 0 &&
+    if (c->kind == H3_KIND_SYNC && (h3_hooks[c->fn].props & H3_P_FREES) && c->u.sync.dst != NULL &&
         atomic_load_explicit(&h3_hot.wc_held, memory_order_relaxed) != 0) {
-        /* A free of CUDA memory (empty_cache's, say): the copies of sources
-         * in it are never used again, and the program's free is a point
-         * where giving their memory back costs nothing more. */
-        __typeof__(&cuMemGetAddressRange_v2) range = H3_LIB_FN(CUDA, cuMemGetAddressRange_v2);
-        CUdeviceptr base;
-        size_t size;
-        if (range != NULL && range(&base, &size, (CUdeviceptr)(uintptr_t)c->u.sync.dst) == CUDA_SUCCESS) {
-            h3_wcache_source_freed(base, base + size);
+        /* CUDA memory given back (empty_cache's frees, or its unmaps with
+         * expandable segments): the copies of sources in it are never used
+         * again, and the program's free is a point where giving their memory
+         * back costs nothing more. */
+        uint64_t lo, hi;
+        if (h3_wc_freed_span(c, &lo, &hi)) {
+            h3_wcache_source_freed(lo, hi);
             /* An exported allocation freed: whatever is made there next is not shared. */
             pthread_mutex_lock(&h3_wc.lock);
             for (unsigned i = 0; i < h3_wc.nshared;)
-                if (h3_wc.shared[i].lo >= base && h3_wc.shared[i].hi <= base + size)
+                if (h3_wc.shared[i].lo >= lo && h3_wc.shared[i].hi <= hi)
                     h3_wc.shared[i] = h3_wc.shared[--h3_wc.nshared];
                 else
                     i++;

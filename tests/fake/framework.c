@@ -561,6 +561,9 @@ static long long fw_insert(enum fw_insert what, cudaStream_t stream, uintptr_t p
     case FW_INSERT_SWAP:
         fw_c10_report(ptr, -64, 1);
         return cudaFree((void *)ptr);
+    case FW_INSERT_SWAP_UNMAP:
+        fw_c10_report(ptr, -64, 1);
+        return cuMemUnmap((CUdeviceptr)ptr, 64);
     case FW_INSERT_CAT:
     case FW_INSERT_CAT_INTO: {
         uint64_t out = what == FW_INSERT_CAT_INTO ? ptr : 0x7000, inputs[2] = {what == FW_INSERT_CAT ? ptr : 0x7100, 0};

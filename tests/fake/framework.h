@@ -35,6 +35,8 @@ enum fw_insert {
     FW_INSERT_CTX_RELEASE,  /* cuDevicePrimaryCtxRelease_v2 of device 0 (its last reference) */
     FW_INSERT_SWAP,         /* the allocator reports the block at insert_ptr (64 bytes) freed, then cudaFree of
                                it (del model; torch.cuda.empty_cache()) */
+    FW_INSERT_SWAP_UNMAP,   /* the same, then cuMemUnmap of those 64 bytes (empty_cache with expandable
+                               segments: the allocator unmaps its pages, no cudaFree) */
     FW_INSERT_KERNEL_EXTRA, /* cuLaunchKernel of another kernel with its parameters packed in `extra`, the
                                first pointing at insert_ptr */
     FW_INSERT_IPC_EXPORT,   /* cudaIpcGetMemHandle of insert_ptr (another process may write there) */

@@ -2208,6 +2208,25 @@ START_TEST(weight_cache_gives_back_the_copy_of_a_freed_weight)
 }
 END_TEST
 
+/* The same with PyTorch's expandable segments: empty_cache unmaps the
+ * pages it frees (cuMemUnmap), with no cudaFree.  The copy is given back
+ * at the unmap (before the fix it was kept for the life of the process:
+ * four models swapped held 2 GiB of copies on an H100). */
+START_TEST(weight_cache_gives_back_the_copy_of_a_freed_weight_at_an_unmap)
+{
+    learn_block();
+    char *log = replay_wc_after_insert(
+        "wc-swap-unmap", FW_INSERT_SWAP_UNMAP, fifth_weight(),
+        T_WANT("47 hits, 25 fills, 0 drops", "weight_cache: 24 copies",
+               "weight_cache: 1 copies whose source the program freed and 0 given up with the device low on memory; "
+               "1 of them given back"));
+    char *head = lines_before(log, "cuMemUnmap ");
+    ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 1);
+    free(head);
+    free(log);
+}
+END_TEST
+
 /* The device runs low on memory and PyTorch's allocator frees its cache
  * (FAKE_MEM_FREE_LOW_MB: what is free once the 24 copies are made):
  * every copy is given back there, before the free is forwarded, and the
@@ -2224,6 +2243,25 @@ START_TEST(weight_cache_gives_its_copies_back_when_the_device_runs_low)
     unsetenv("FAKE_MEM_FREE_LOW_MB");
     unsetenv("FAKE_MEM_LOW_AFTER");
     char *head = lines_before(log, "cudaFree ");
+    ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 24);
+    free(head);
+    free(log);
+}
+END_TEST
+
+/* The same with expandable segments: the allocator's retry after a failed
+ * allocation unmaps its free pages, and the copies go there. */
+START_TEST(weight_cache_gives_its_copies_back_at_an_unmap_when_the_device_runs_low)
+{
+    learn_block();
+    setenv("FAKE_MEM_FREE_LOW_MB", "1000", 1);
+    setenv("FAKE_MEM_LOW_AFTER", "24", 1);
+    char *log = replay_wc_after_insert(
+        "wc-low-unmap", FW_INSERT_SWAP_UNMAP, 0x7000,
+        T_WANT("given up with the device low on memory; 24 of them given back", "op weight_cache fallback low_memory"));
+    unsetenv("FAKE_MEM_FREE_LOW_MB");
+    unsetenv("FAKE_MEM_LOW_AFTER");
+    char *head = lines_before(log, "cuMemUnmap ");
     ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 24);
     free(head);
     free(log);
@@ -4049,8 +4087,10 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_keeps_its_copies_across_a_balanced_retain_and_release);
     tcase_add_test(ops, weight_cache_forgets_its_copies_when_the_last_release_ends_the_context);
     tcase_add_test(ops, weight_cache_gives_back_the_copy_of_a_freed_weight);
+    tcase_add_test(ops, weight_cache_gives_back_the_copy_of_a_freed_weight_at_an_unmap);
     tcase_add_test(ops, a_kernel_handle_reused_after_an_unload_is_described_again);
     tcase_add_test(ops, weight_cache_gives_its_copies_back_when_the_device_runs_low);
+    tcase_add_test(ops, weight_cache_gives_its_copies_back_at_an_unmap_when_the_device_runs_low);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_packed_launch_may_write);
     tcase_add_test(ops, weight_cache_keeps_away_from_memory_other_processes_can_write);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_write_through_its_flat_buffer_may_reach);
