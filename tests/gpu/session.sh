@@ -47,8 +47,8 @@
 #   learn-shapes  learn_shapes.py with no signature loaded: block stacks at 261-1797
 #              tokens, batches 1, 2, 4, every one learned in the process, bitwise
 #              against the unobserved stack, GPU time per block from CUDA-graph
-#              replays back to back and spaced by idle time (--space-ms), the SM clock
-#              and power under each (3-4 min, and 2.5 more for
+#              replays back to back and spaced by idle time (--space-ms), the SM clock,
+#              power and energy a block under each (3-4 min, and 2.5 more for
 #              the clocks: 3 s a graph)
 #   learn-edge  learn_shapes.py at 517 and 773 tokens alone, 5 pairs (1 min)
 #   learn-decode  full_decode.py, serving mode: the committed signatures (S, SG)
@@ -64,6 +64,9 @@
 #              swiglu kernel) with it (U) and without it (UN), 1 round (5 min);
 #              verify-quick the same on the quick latent, with VG (2 min)
 #   validate   tests/gpu/validate.py: the validation command's report (up to 10 min)
+#   soundness  soundness.py: the eight real-program cases, each with and without the
+#              shim (3 min); soundness-expandable the same with
+#              PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (3 min)
 #   variants threads children compiled implementations workloads nccl
 #              robust.py's items, 2 rounds (workloads: 3 rounds, 5-8 min); each
 #              stops before a round that would outrun its limit and
@@ -237,6 +240,10 @@ for step in "${steps[@]}"; do
             run verify-quick 200 python3 tests/gpu/full_decode.py --latent 1,24,12,24,24 --arms S,V,VG,U,UN \
                 --rounds 1 --shim-b build-ulp/libh3shim.so --tag=-quick-verify ;;
         validate) run validate 590 python3 tests/gpu/validate.py ;;
+        soundness) run soundness 300 python3 tests/gpu/soundness.py ;;
+        soundness-expandable) # the same with PyTorch's expandable segments (empty_cache unmaps, never frees)
+            run soundness-expandable 300 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+                python3 tests/gpu/soundness.py --tag=-expandable ;;
         learn-variants) # robust.py's variants and workloads with no signature loaded: what is learned, what falls back
             run learn-variants 400 env H3_ROBUST_SIGNATURES="$(mktemp -d)" python3 tests/gpu/robust.py \
                 --items variants,workloads --rounds 1 --deadline 380 --tag=-learned ;;
