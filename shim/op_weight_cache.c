@@ -400,7 +400,7 @@ static bool h3_wc_extra_buffer(void **extra, const void **buf, size_t *size)
 static bool h3_wc_freed_span(const struct h3_call *c, uint64_t *lo, uint64_t *hi)
 {
     uint64_t dst = (uint64_t)(uintptr_t)c->u.sync.dst, bytes = c->u.sync.bytes;
-    if (bytes == 0) {
+    if (c->fn != H3_FN_cuMemUnmap) {
         __typeof__(&cuMemGetAddressRange_v2) range = H3_LIB_FN(CUDA, cuMemGetAddressRange_v2);
         CUdeviceptr base;
         size_t size;

@@ -35,8 +35,6 @@ enum fw_insert {
     FW_INSERT_CTX_RELEASE,  /* cuDevicePrimaryCtxRelease_v2 of device 0 (its last reference) */
     FW_INSERT_SWAP,         /* the allocator reports the block at insert_ptr (64 bytes) freed, then cudaFree of
                                it (del model; torch.cuda.empty_cache()) */
-    FW_INSERT_SWAP_UNMAP,   /* the same, then cuMemUnmap of those 64 bytes (empty_cache with expandable
-                               segments: the allocator unmaps its pages, no cudaFree) */
     FW_INSERT_KERNEL_EXTRA, /* cuLaunchKernel of another kernel with its parameters packed in `extra`, the
                                first pointing at insert_ptr */
     FW_INSERT_IPC_EXPORT,   /* cudaIpcGetMemHandle of insert_ptr (another process may write there) */
@@ -44,6 +42,8 @@ enum fw_insert {
                                 driver gave the same handle */
     FW_INSERT_DEVICE_SWITCH, /* cuCtxSetCurrent to device 1's context, a launch there on another stream, and back
                                 to device 0's (a tensor moved to cuda:1 and used there, as a device map does) */
+    FW_INSERT_SWAP_UNMAP,   /* as FW_INSERT_SWAP, then cuMemUnmap of those 64 bytes instead of cudaFree
+                               (empty_cache with expandable segments: the allocator unmaps its pages) */
     FW_INSERT_COUNT
 };
 

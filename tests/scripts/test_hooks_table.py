@@ -2,7 +2,7 @@
 """shim/hooks.def's property column agrees with the entry points' names and
 kinds: the per-thread forms (_ptsz) and only they are PER_THREAD; a _ptsz
 form has its twin's other properties; DEFERRABLE only on launches;
-WRITES_ANYWHERE and the capture and context edges only on SYNC calls."""
+WRITES_ANYWHERE, FREES and the capture and context edges only on SYNC calls."""
 import pathlib
 import re
 import unittest
@@ -57,7 +57,7 @@ class HooksTable(unittest.TestCase):
                 if "DEFERRABLE" in props:
                     self.assertEqual(kind, "LAUNCH")
                 for p in ("WRITES_ANYWHERE", "ENDS_CONTEXT", "CAPTURE_BEGIN", "CAPTURE_INTO_GRAPH",
-                          "CAPTURE_END", "GRAPH_LAUNCH"):
+                          "CAPTURE_END", "GRAPH_LAUNCH", "FREES"):
                     if p in props:
                         self.assertEqual(kind, "SYNC")
                 if "GRAPH_LAUNCH" in props:

@@ -496,11 +496,13 @@ START_TEST(replay_op_issues_every_group_once)
 }
 END_TEST
 
-static const char *const t_insert_names[FW_INSERT_COUNT] = {
+static const char *const t_insert_names[] = {
     "none", "stream_sync", "memset", "event", "driver_copy", "kernel", "other_stream", "nccl", "copy_2d", "callback",
     "other_thread", "device_reset", "cat", "cat_into", "ctx_pair", "ctx_release", "swap", "kernel_extra",
-    "ipc_export", "module_reload", "device_switch",
+    "ipc_export", "module_reload", "device_switch", "swap_unmap",
 };
+_Static_assert(sizeof(t_insert_names) / sizeof(t_insert_names[0]) == FW_INSERT_COUNT,
+               "a name for every enum fw_insert");
 
 /* The groups of the instance that a call inserted before its call p
  * prevents from running whole. */
@@ -535,8 +537,9 @@ START_TEST(foreign_calls_at_every_position_of_a_block)
     for (int what = FW_INSERT_STREAM_SYNC; what < FW_INSERT_COUNT; what++) {
         /* (A swap's report from the allocator turns the freed-outputs rule
          * on, which moves groups after the configuration calls that follow
-         * them; weight_cache_gives_back_the_copy_of_a_freed_weight tests it.) */
-        if (what == FW_INSERT_SWAP)
+         * them; weight_cache_gives_back_the_copy_of_a_freed_weight and its
+         * unmap form test them.) */
+        if (what == FW_INSERT_SWAP || what == FW_INSERT_SWAP_UNMAP)
             continue;
         for (int p = 0; p <= T_BLOCK; p++) {
             t_run.opts = (struct fw_replay_opts){t_block.start + p, (enum fw_insert)what, 0, 0, 0, 0};
@@ -558,7 +561,7 @@ START_TEST(foreign_calls_at_every_position_of_a_block)
             runs++;
         }
     }
-    ck_assert_int_eq(runs, (FW_INSERT_COUNT - 2) * (T_BLOCK + 1)); /* every kind but none and the swap */
+    ck_assert_int_eq(runs, (FW_INSERT_COUNT - 3) * (T_BLOCK + 1)); /* every kind but none and the two swaps */
 }
 END_TEST
 
@@ -2222,6 +2225,7 @@ START_TEST(weight_cache_gives_back_the_copy_of_a_freed_weight_at_an_unmap)
                "1 of them given back"));
     char *head = lines_before(log, "cuMemUnmap ");
     ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 1);
+    ck_assert_uint_eq(count_lines_starting(log, "cuMemFree_v2 "), 1);
     free(head);
     free(log);
 }
