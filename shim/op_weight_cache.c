@@ -27,6 +27,8 @@
  *     not captured under the shim drops every copy, as before.  A copy read
  *     on another stream than the one it was last filled on is waited for
  *     (an event recorded after each fill).
+ *   - A copy's memory is given back only at a program's free or unmap, with
+ *     no capture open and no GEMM between taking its address and its issue.
  * Never: issues anything before every fallback has been ruled out.
  */
 #include "h3shim.h"
@@ -75,6 +77,10 @@ static struct {
     unsigned n;
     size_t bytes, peak;
     unsigned orphans; /* entries whose source was freed and whose memory is still held */
+    /* h3_wc_run's between taking copies' addresses (under the lock) and
+     * their GEMM's return: while any runs, no copy's memory is given back
+     * (another thread's free need not wait for this thread's group). */
+    atomic_uint running;
     struct h3_span shared[64]; /* memory other processes can write (IPC) */
     unsigned nshared;
     bool shared_unknown;       /* some such memory whose extent is not known: no copy at all */
@@ -948,12 +954,14 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
     if (filled)
         h3_wc_bounds();
     CUdeviceptr dst_w = ew->dst, dst_b = eb->dst;
+    atomic_fetch_add_explicit(&h3_wc.running, 1, memory_order_relaxed); /* (ordered by the lock) */
     pthread_mutex_unlock(&h3_wc.lock);
     const struct h3_lt_desc *lt = &anchor->u.lt;
     const void *orig = lt->bias;
     /* The bias the check set may be another entry's (another thread made
      * one valid meanwhile): the GEMM reads the one used and recorded here. */
     if (h3_wc_set_bias(lt->desc, (const void *)(uintptr_t)dst_b) != CUBLAS_STATUS_SUCCESS) {
+        atomic_fetch_sub_explicit(&h3_wc.running, 1, memory_order_release);
         h3_wc_set_bias(lt->desc, orig);
         return "bias_attr";
     }
@@ -962,6 +970,8 @@ static const char *h3_wc_run(const struct h3_op_range *r, const struct h3_deferr
                                lt->Bdesc, lt->beta, lt->C, lt->Cdesc, (void *)(uintptr_t)lt->D, lt->Ddesc, lt->algo,
                                (void *)(uintptr_t)lt->workspace_ptr, lt->workspace, (cudaStream_t)(uintptr_t)x.stream);
     h3_forward_end(t0);
+    /* Issued: a cuMemFree of the copies from now on waits for the GEMM. */
+    atomic_fetch_sub_explicit(&h3_wc.running, 1, memory_order_release);
     h3_wc_set_bias(lt->desc, orig);
     anchor->result = st;
     /* PyTorch's own FP16 tensors are still written, as it made them, unless
@@ -1048,7 +1058,11 @@ static void h3_wc_give_back(void)
         if (!h3_unsafe_begin())
             return; /* a capture began: given back at a later free */
         pthread_mutex_lock(&h3_wc.lock);
-        while (n < H3_ARRAY_LEN(some) && h3_wc_ndoomed > 0)
+        /* A run that took a copy's address before the copy was given up
+         * may not have issued its GEMM yet: while one is between the two,
+         * the memory is given back at a later free. */
+        while (atomic_load_explicit(&h3_wc.running, memory_order_acquire) == 0 && n < H3_ARRAY_LEN(some) &&
+               h3_wc_ndoomed > 0)
             some[n++] = h3_wc_doomed[--h3_wc_ndoomed];
         pthread_mutex_unlock(&h3_wc.lock);
         for (unsigned i = 0; i < n; i++) {

@@ -5,6 +5,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -166,6 +167,39 @@ static long long fake_behave_desc(const char *fn, void **argp)
     return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
+/* Another thread's stream-ordered free of device memory (cuMemFreeAsync of
+ * 0x7000 on stream 0x2000, through the driver as a runtime would find it)
+ * made while a GEMM runs: another library's pool on a stream of its own. */
+static void *fake_lt_free_elsewhere(void *h)
+{
+    CUresult (*release)(CUdeviceptr, CUstream) = (CUresult(*)(CUdeviceptr, CUstream))dlsym(h, "cuMemFreeAsync");
+    if (release != NULL)
+        release((CUdeviceptr)0x7000, (CUstream)0x2000);
+    return NULL;
+}
+
+/* With FAKE_LT_FREE_DURING=N, during the N-th GEMM of the process another
+ * thread frees device memory and is joined before the GEMM reads its
+ * operands; a GEMM whose A or bias is then no longer memory that
+ * cuMemAlloc_v2 handed out logs "lt_read_freed" (its kernel would read
+ * memory given back under it). */
+static void fake_lt_free_during(const uint64_t operands[2])
+{
+    static atomic_long gemms;
+    const char *during = getenv("FAKE_LT_FREE_DURING");
+    if (during == NULL || atomic_fetch_add(&gemms, 1) + 1 != strtol(during, NULL, 10))
+        return;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    int (*live)(uintptr_t) = h != NULL ? (int (*)(uintptr_t))dlsym(h, "fake_device_memory_live") : NULL;
+    pthread_t t;
+    if (live == NULL || pthread_create(&t, NULL, fake_lt_free_elsewhere, h) != 0)
+        return;
+    pthread_join(t, NULL);
+    for (int i = 0; i < 2; i++)
+        if (operands[i] != 0 && !live((uintptr_t)operands[i]))
+            fakelog_call("cublasLt", "lt_read_freed", 1, &operands[i], 0);
+}
+
 static long long fake_behave(const char *fn, void **argp)
 {
     if (strcmp(fn, "cublasLtMatmul") != 0)
@@ -176,6 +210,7 @@ static long long fake_behave(const char *fn, void **argp)
     cublasLtMatmulDescGetAttribute(*(cublasLtMatmulDesc_t *)argp[1], CUBLASLT_MATMUL_DESC_BIAS_POINTER, &operands[1],
                                    sizeof(operands[1]), NULL);
     fakelog_call("cublasLt", "lt_operands", 2, operands, 0);
+    fake_lt_free_during(operands);
     /* Like cuBLAS: the GEMM kernel goes straight to the driver. */
     if (lt_kernel.magic == 0) {
         size_t sizes[1] = {8};

@@ -53,6 +53,13 @@ static bool fake_is_memory(uintptr_t p, size_t n)
     return in;
 }
 
+/* For the other fakes (found with dlsym on a libcuda handle): whether p is
+ * in memory cuMemAlloc_v2 handed out and cuMemFree_v2 has not taken back. */
+FAKE_EXPORT int fake_device_memory_live(uintptr_t p)
+{
+    return fake_is_memory(p, 1);
+}
+
 /* With FAKE_WRONG_FROM=N, the wrong kernel's first N-1 runs are right. */
 static void fake_wrong_writes(const struct fake_kernel *k, void **params)
 {

@@ -2272,6 +2272,36 @@ START_TEST(weight_cache_gives_its_copies_back_at_an_unmap_when_the_device_runs_l
 }
 END_TEST
 
+/* Another thread gives memory back with the device low on it while a
+ * weight_cache GEMM runs, between the op's choice of its copies and the
+ * GEMM's reading them (FAKE_LT_FREE_DURING: the 30th GEMM of the replay, a
+ * hit). The free is stream-ordered on a stream of its own and the block
+ * runs on a side stream, so the other thread does not wait for this one's
+ * held launches: every copy is given up, but the memory of those the GEMM
+ * reads is given back only once no such GEMM runs (before the fix it was
+ * freed under the GEMM, which on a GPU then reads memory the allocator may
+ * hand out). */
+START_TEST(weight_cache_keeps_the_copies_a_running_gemm_reads)
+{
+    learn_block();
+    setenv("FAKE_MEM_FREE_LOW_MB", "1000", 1);
+    setenv("FAKE_MEM_LOW_AFTER", "24", 1);
+    setenv("FAKE_LT_FREE_DURING", "30", 1);
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0x1000, 0, 0, 0};
+    char *stats;
+    char *log = replay_with("wc-low-during", t_wc, &stats);
+    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0, 0};
+    unsetenv("FAKE_MEM_FREE_LOW_MB");
+    unsetenv("FAKE_MEM_LOW_AFTER");
+    unsetenv("FAKE_LT_FREE_DURING");
+    ck_assert_msg(strstr(stats, "given up with the device low on memory") != NULL, "%s", tail_of(stats));
+    ck_assert_uint_eq(count_lines_starting(log, "cuMemFreeAsync 7000"), 1); /* the other thread's free came */
+    ck_assert_uint_eq(count_lines_starting(log, "lt_read_freed "), 0);
+    free(stats);
+    free(log);
+}
+END_TEST
+
 /* Parameters that are views of one flat buffer (vector_to_parameters,
  * stacked or flat parameters): the allocator handed out one block that
  * holds the fifth instance's to_qkv weight and more before it; a kernel
@@ -4095,6 +4125,7 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, a_kernel_handle_reused_after_an_unload_is_described_again);
     tcase_add_test(ops, weight_cache_gives_its_copies_back_when_the_device_runs_low);
     tcase_add_test(ops, weight_cache_gives_its_copies_back_at_an_unmap_when_the_device_runs_low);
+    tcase_add_test(ops, weight_cache_keeps_the_copies_a_running_gemm_reads);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_packed_launch_may_write);
     tcase_add_test(ops, weight_cache_keeps_away_from_memory_other_processes_can_write);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_write_through_its_flat_buffer_may_reach);
