@@ -537,8 +537,8 @@ START_TEST(foreign_calls_at_every_position_of_a_block)
     for (int what = FW_INSERT_STREAM_SYNC; what < FW_INSERT_COUNT; what++) {
         /* (A swap's report from the allocator turns the freed-outputs rule
          * on, which moves groups after the configuration calls that follow
-         * them; weight_cache_gives_back_the_copy_of_a_freed_weight and its
-         * unmap form test them.) */
+         * them; weight_cache_gives_back_the_copy_of_a_freed_weight tests
+         * both.) */
         if (what == FW_INSERT_SWAP || what == FW_INSERT_SWAP_UNMAP)
             continue;
         for (int p = 0; p <= T_BLOCK; p++) {
@@ -2188,42 +2188,32 @@ START_TEST(weight_cache_forgets_its_copies_when_the_last_release_ends_the_contex
 }
 END_TEST
 
+/* How a program gives memory back: loop 0, cudaFree (PyTorch's caching
+ * allocator); loop 1, cuMemUnmap of the pages (its expandable segments:
+ * empty_cache and the retry after a failed allocation unmap, never free). */
+static const struct {
+    enum fw_insert insert;
+    const char *call, *tag;
+} t_give_back[] = {{FW_INSERT_SWAP, "cudaFree ", "wc-swap"}, {FW_INSERT_SWAP_UNMAP, "cuMemUnmap ", "wc-swap-unmap"}};
+
 /* del model; torch.cuda.empty_cache(): the allocator reports the fifth
  * instance's to_qkv weight freed, and the program frees CUDA memory.  The
  * copy of that weight is never used again and its memory is given back at
  * the program's free (before it is forwarded); a new tensor at the same
- * address (the replay goes on with it) gets a new copy. */
+ * address (the replay goes on with it) gets a new copy.  (With expandable
+ * segments the copies were kept for the life of the process before the
+ * unmap was a free point: four models swapped held 2 GiB on an H100.) */
 START_TEST(weight_cache_gives_back_the_copy_of_a_freed_weight)
 {
     learn_block();
     setenv("FAKE_RANGE_BYTES", "64", 1); /* the freed allocation is that block's */
     char *log = replay_wc_after_insert(
-        "wc-swap", FW_INSERT_SWAP, fifth_weight(),
+        t_give_back[_i].tag, t_give_back[_i].insert, fifth_weight(),
         T_WANT("47 hits, 25 fills, 0 drops", "weight_cache: 24 copies",
                "weight_cache: 1 copies whose source the program freed and 0 given up with the device low on memory; "
                "1 of them given back"));
     unsetenv("FAKE_RANGE_BYTES");
-    char *head = lines_before(log, "cudaFree ");
-    ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 1);
-    ck_assert_uint_eq(count_lines_starting(log, "cuMemFree_v2 "), 1);
-    free(head);
-    free(log);
-}
-END_TEST
-
-/* The same with PyTorch's expandable segments: empty_cache unmaps the
- * pages it frees (cuMemUnmap), with no cudaFree.  The copy is given back
- * at the unmap (before the fix it was kept for the life of the process:
- * four models swapped held 2 GiB of copies on an H100). */
-START_TEST(weight_cache_gives_back_the_copy_of_a_freed_weight_at_an_unmap)
-{
-    learn_block();
-    char *log = replay_wc_after_insert(
-        "wc-swap-unmap", FW_INSERT_SWAP_UNMAP, fifth_weight(),
-        T_WANT("47 hits, 25 fills, 0 drops", "weight_cache: 24 copies",
-               "weight_cache: 1 copies whose source the program freed and 0 given up with the device low on memory; "
-               "1 of them given back"));
-    char *head = lines_before(log, "cuMemUnmap ");
+    char *head = lines_before(log, t_give_back[_i].call);
     ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 1);
     ck_assert_uint_eq(count_lines_starting(log, "cuMemFree_v2 "), 1);
     free(head);
@@ -2241,31 +2231,14 @@ START_TEST(weight_cache_gives_its_copies_back_when_the_device_runs_low)
     learn_block();
     setenv("FAKE_MEM_FREE_LOW_MB", "1000", 1);
     setenv("FAKE_MEM_LOW_AFTER", "24", 1);
+    char tag[32];
+    snprintf(tag, sizeof(tag), "%s-low", t_give_back[_i].tag);
     char *log = replay_wc_after_insert(
-        "wc-low", FW_INSERT_SWAP, 0x7000,
+        tag, t_give_back[_i].insert, 0x7000,
         T_WANT("given up with the device low on memory; 24 of them given back", "op weight_cache fallback low_memory"));
     unsetenv("FAKE_MEM_FREE_LOW_MB");
     unsetenv("FAKE_MEM_LOW_AFTER");
-    char *head = lines_before(log, "cudaFree ");
-    ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 24);
-    free(head);
-    free(log);
-}
-END_TEST
-
-/* The same with expandable segments: the allocator's retry after a failed
- * allocation unmaps its free pages, and the copies go there. */
-START_TEST(weight_cache_gives_its_copies_back_at_an_unmap_when_the_device_runs_low)
-{
-    learn_block();
-    setenv("FAKE_MEM_FREE_LOW_MB", "1000", 1);
-    setenv("FAKE_MEM_LOW_AFTER", "24", 1);
-    char *log = replay_wc_after_insert(
-        "wc-low-unmap", FW_INSERT_SWAP_UNMAP, 0x7000,
-        T_WANT("given up with the device low on memory; 24 of them given back", "op weight_cache fallback low_memory"));
-    unsetenv("FAKE_MEM_FREE_LOW_MB");
-    unsetenv("FAKE_MEM_LOW_AFTER");
-    char *head = lines_before(log, "cuMemUnmap ");
+    char *head = lines_before(log, t_give_back[_i].call);
     ck_assert_uint_eq(count_lines_starting(head, "cuMemFree_v2 "), 24);
     free(head);
     free(log);
@@ -4120,11 +4093,9 @@ Suite *t_suite_engine(void)
     tcase_add_test(ops, weight_cache_lets_go_of_its_copies_when_the_device_is_reset);
     tcase_add_test(ops, weight_cache_keeps_its_copies_across_a_balanced_retain_and_release);
     tcase_add_test(ops, weight_cache_forgets_its_copies_when_the_last_release_ends_the_context);
-    tcase_add_test(ops, weight_cache_gives_back_the_copy_of_a_freed_weight);
-    tcase_add_test(ops, weight_cache_gives_back_the_copy_of_a_freed_weight_at_an_unmap);
+    tcase_add_loop_test(ops, weight_cache_gives_back_the_copy_of_a_freed_weight, 0, 2);
     tcase_add_test(ops, a_kernel_handle_reused_after_an_unload_is_described_again);
-    tcase_add_test(ops, weight_cache_gives_its_copies_back_when_the_device_runs_low);
-    tcase_add_test(ops, weight_cache_gives_its_copies_back_at_an_unmap_when_the_device_runs_low);
+    tcase_add_loop_test(ops, weight_cache_gives_its_copies_back_when_the_device_runs_low, 0, 2);
     tcase_add_test(ops, weight_cache_keeps_the_copies_a_running_gemm_reads);
     tcase_add_test(ops, weight_cache_drops_a_copy_a_packed_launch_may_write);
     tcase_add_test(ops, weight_cache_keeps_away_from_memory_other_processes_can_write);
