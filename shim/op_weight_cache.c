@@ -34,7 +34,9 @@
 #include "h3shim.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 
 /* Where captured GEMMs read the copies by default: tests/evidence/2026-11-30-nvidia-h200-full-decode-graphs.md */
 static const int h3_wc_graphs_validated[] = {90};
@@ -206,6 +208,20 @@ static unsigned h3_wc_lower_bound(uint64_t src)
     return a;
 }
 
+/* Memory and events of orphaned copies taken out of the table, to give
+ * back once the lock is let go (cuMemFree waits for the device: another
+ * thread's launch, an NCCL peer's say, must not wait for the lock
+ * meanwhile).  Until given back their bytes stay in h3_wc.bytes and they
+ * count as held (h3_hot.wc_held), so that the next free still comes here. */
+static struct {
+    CUdeviceptr dst;
+    CUevent event;
+    CUcontext ctx;
+    int device;
+    size_t bytes;
+} h3_wc_doomed[H3_WC_MAX];
+static unsigned h3_wc_ndoomed;
+
 static void h3_wc_bounds(void)
 {
     uint64_t lo = UINT64_MAX, hi = 0, all_lo = UINT64_MAX, all_hi = 0;
@@ -228,7 +244,7 @@ static void h3_wc_bounds(void)
     atomic_store_explicit(&h3_hot.wc_lo, lo, memory_order_relaxed);
     atomic_store_explicit(&h3_hot.wc_hi, hi, memory_order_relaxed);
     atomic_store(&h3_hot.wc_live, live);
-    atomic_store(&h3_hot.wc_held, held);
+    atomic_store(&h3_hot.wc_held, held + h3_wc_ndoomed);
 }
 
 #define H3_WC_PAGE_SHIFT 21
@@ -1014,40 +1030,58 @@ static void h3_wc_rebuild(void)
     h3_wc_bounds();
 }
 
-/* Memory and events of copies taken out of the table, to give back once
- * the lock is let go (cuMemFree waits for the device: another thread's
- * launch, an NCCL peer's say, must not wait for the lock meanwhile). */
-static struct {
-    CUdeviceptr dst;
-    CUevent event;
-} h3_wc_doomed[H3_WC_MAX];
-static unsigned h3_wc_ndoomed;
-
 /* Takes entry e's memory and event out (its context alive): given back by
- * h3_wc_give_back, or at once when `now` (a context ending). Locked. */
-static void h3_wc_free_copy_as(struct h3_wc_entry *e, bool now)
+ * h3_wc_give_back, or at once when `now` (a context ending) or when no more
+ * can wait.  False, leaving e as it is, when none can wait and a GEMM may
+ * still read a copy given up (a later reap takes it).  Locked. */
+static bool h3_wc_free_copy_as(struct h3_wc_entry *e, bool now)
 {
     __typeof__(&cuMemFree_v2) release = H3_LIB_FN(CUDA, cuMemFree_v2);
     __typeof__(&cuEventDestroy_v2) destroy = H3_LIB_FN(CUDA, cuEventDestroy_v2);
-    if (now || h3_wc_ndoomed == H3_WC_MAX) {
+    bool full = h3_wc_ndoomed == H3_WC_MAX;
+    if (!now && full && atomic_load_explicit(&h3_wc.running, memory_order_acquire) != 0)
+        return false;
+    size_t bytes = e->dst != 0 ? 2 * e->n : 0;
+    if (now || full) {
         if (e->dst != 0 && release != NULL)
             release(e->dst);
         if (e->event != NULL && destroy != NULL)
             destroy(e->event);
+        if (e->orphan && e->dst != 0)
+            atomic_fetch_add_explicit(&h3_wc.reaped, 1, memory_order_relaxed);
+        h3_wc.bytes -= bytes;
     } else if (e->dst != 0 || e->event != NULL) {
-        h3_wc_doomed[h3_wc_ndoomed].dst = e->dst;
-        h3_wc_doomed[h3_wc_ndoomed++].event = e->event;
+        h3_wc_doomed[h3_wc_ndoomed++] = (__typeof__(h3_wc_doomed[0])){e->dst, e->event, e->ctx, e->device, bytes};
     }
-    h3_wc.bytes -= e->dst != 0 ? 2 * e->n : 0;
     e->dst = 0, e->event = NULL, e->valid = false, e->recipe.handle = NULL;
+    return true;
 }
 
 static void h3_wc_free_copy(struct h3_wc_entry *e)
 {
-    h3_wc_free_copy_as(e, true);
+    (void)h3_wc_free_copy_as(e, true);
 }
 
-/* Gives back what h3_wc_free_copy_as took out, a few at a time, with the lock let go. */
+/* Waits, with no lock held, for the GEMMs that took copies' addresses to be
+ * issued: an enqueue's time, so at most 10 ms (a thread descheduled in
+ * between); false if some still run then. */
+static bool h3_wc_runs_done(void)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (atomic_load_explicit(&h3_wc.running, memory_order_acquire) != 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > 10000000L)
+            return false;
+        sched_yield();
+    }
+    return true;
+}
+
+/* Gives back what h3_wc_free_copy_as took out, a few at a time, with the
+ * lock let go.  A run that took a copy's address before the copy was given
+ * up may not have issued its GEMM yet: it is waited for, and while one is
+ * still between the two the memory waits for a later free. */
 static void h3_wc_give_back(void)
 {
     __typeof__(&cuMemFree_v2) release = H3_LIB_FN(CUDA, cuMemFree_v2);
@@ -1055,19 +1089,22 @@ static void h3_wc_give_back(void)
     for (;;) {
         __typeof__(h3_wc_doomed[0]) some[32];
         unsigned n = 0;
-        if (!h3_unsafe_begin())
-            return; /* a capture began: given back at a later free */
+        if (!h3_wc_runs_done() || !h3_unsafe_begin())
+            return; /* a GEMM still to issue, or a capture began: given back at a later free */
         pthread_mutex_lock(&h3_wc.lock);
-        /* A run that took a copy's address before the copy was given up
-         * may not have issued its GEMM yet: while one is between the two,
-         * the memory is given back at a later free. */
-        while (atomic_load_explicit(&h3_wc.running, memory_order_acquire) == 0 && n < H3_ARRAY_LEN(some) &&
-               h3_wc_ndoomed > 0)
-            some[n++] = h3_wc_doomed[--h3_wc_ndoomed];
+        if (atomic_load_explicit(&h3_wc.running, memory_order_acquire) == 0) /* (runs begin only under the lock) */
+            while (n < H3_ARRAY_LEN(some) && h3_wc_ndoomed > 0) {
+                some[n++] = h3_wc_doomed[--h3_wc_ndoomed];
+                h3_wc.bytes -= some[n - 1].bytes;
+            }
+        if (n > 0)
+            h3_wc_bounds();
         pthread_mutex_unlock(&h3_wc.lock);
         for (unsigned i = 0; i < n; i++) {
             if (some[i].dst != 0 && release != NULL)
                 release(some[i].dst);
+            if (some[i].dst != 0)
+                atomic_fetch_add_explicit(&h3_wc.reaped, 1, memory_order_relaxed);
             if (some[i].event != NULL && destroy != NULL)
                 destroy(some[i].event);
         }
@@ -1114,9 +1151,10 @@ static void h3_wc_reap(bool compact, const uint64_t *named)
             left += e->orphan && e->dst != 0;
             continue;
         }
-        if (e->dst != 0)
-            atomic_fetch_add_explicit(&h3_wc.reaped, 1, memory_order_relaxed);
-        h3_wc_free_copy_as(e, false);
+        if (!h3_wc_free_copy_as(e, false)) {
+            left++;
+            continue;
+        }
         gone[i] = !records;
         dead++;
     }
@@ -1199,6 +1237,24 @@ unsigned h3_wcache_release(int device, const void *ctx, bool free_memory)
             e->dst = 0, e->event = NULL; /* gone with its context */
         }
     }
+    /* Copies given up and not yet given back, of that context: freed now
+     * while it lives, else gone with it (their addresses and events may be
+     * the program's next). */
+    __typeof__(&cuMemFree_v2) release = H3_LIB_FN(CUDA, cuMemFree_v2);
+    __typeof__(&cuEventDestroy_v2) destroy = H3_LIB_FN(CUDA, cuEventDestroy_v2);
+    for (unsigned i = 0; i < h3_wc_ndoomed;) {
+        __typeof__(h3_wc_doomed[0]) *d = &h3_wc_doomed[i];
+        if (!((device < 0 || d->device == device || d->device < 0) && (ctx == NULL || d->ctx == ctx))) {
+            i++;
+            continue;
+        }
+        if (free_memory && d->dst != 0 && release != NULL)
+            release(d->dst);
+        if (free_memory && d->event != NULL && destroy != NULL)
+            destroy(d->event);
+        h3_wc.bytes -= d->bytes;
+        *d = h3_wc_doomed[--h3_wc_ndoomed];
+    }
     h3_wc_compact(gone);
     pthread_mutex_unlock(&h3_wc.lock);
     return n;
@@ -1207,6 +1263,7 @@ unsigned h3_wcache_release(int device, const void *ctx, bool free_memory)
 void h3_wcache_after_fork_child(void)
 {
     pthread_mutex_init(&h3_wc.lock, NULL);
+    atomic_store(&h3_wc.running, 0); /* runs were the parent's other threads' */
 }
 
 void h3_wcache_print_stats(void (*line)(const char *fmt, ...))

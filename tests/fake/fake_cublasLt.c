@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "nvapi.h"
 #include "attrs.h"
@@ -182,7 +183,8 @@ static void *fake_lt_free_elsewhere(void *h)
  * thread frees device memory and is joined before the GEMM reads its
  * operands; a GEMM whose A or bias is then no longer memory that
  * cuMemAlloc_v2 handed out logs "lt_read_freed" (its kernel would read
- * memory given back under it). */
+ * memory given back under it), and one whose free has not returned within
+ * 5 s logs "lt_free_hung". */
 static void fake_lt_free_during(const uint64_t operands[2])
 {
     static atomic_long gemms;
@@ -194,7 +196,15 @@ static void fake_lt_free_during(const uint64_t operands[2])
     pthread_t t;
     if (live == NULL || pthread_create(&t, NULL, fake_lt_free_elsewhere, h) != 0)
         return;
-    pthread_join(t, NULL);
+    /* A free that waited for this GEMM forever would hang the replay: fail fast instead. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    if (pthread_timedjoin_np(t, NULL, &until) != 0) {
+        fakelog_call("cublasLt", "lt_free_hung", 0, NULL, 0);
+        pthread_detach(t);
+        return;
+    }
     for (int i = 0; i < 2; i++)
         if (operands[i] != 0 && !live((uintptr_t)operands[i]))
             fakelog_call("cublasLt", "lt_read_freed", 1, &operands[i], 0);

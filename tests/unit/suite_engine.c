@@ -2250,26 +2250,52 @@ END_TEST
  * GEMM's reading them (FAKE_LT_FREE_DURING: the 30th GEMM of the replay, a
  * hit). The free is stream-ordered on a stream of its own and the block
  * runs on a side stream, so the other thread does not wait for this one's
- * held launches: every copy is given up, but the memory of those the GEMM
- * reads is given back only once no such GEMM runs (before the fix it was
- * freed under the GEMM, which on a GPU then reads memory the allocator may
- * hand out). */
+ * held launches: every copy is given up, but their memory is given back
+ * only once no such GEMM is still to be issued: here (the fake GEMM waits
+ * for the other thread) at the program's next free, a cudaFree before the
+ * replay's last call, after its last GEMM.  Before the fix the memory was freed under the GEMM,
+ * which on a GPU then reads memory the allocator may hand out; with the
+ * first fix it was never given back. */
+/* The calls of the replay file (its lines but the allocator's reports). */
+static long replay_calls(void)
+{
+    char *path = t_repo_path(T_REPLAY), *text = t_read_file(path, NULL);
+    ck_assert(text != NULL);
+    long n = 0;
+    for (char *l = strtok(text, "\n"); l != NULL; l = strtok(NULL, "\n"))
+        n += strncmp(l, "F ", 2) != 0 && strncmp(l, "A ", 2) != 0;
+    free(text);
+    free(path);
+    return n;
+}
+
 START_TEST(weight_cache_keeps_the_copies_a_running_gemm_reads)
 {
     learn_block();
     setenv("FAKE_MEM_FREE_LOW_MB", "1000", 1);
     setenv("FAKE_MEM_LOW_AFTER", "24", 1);
     setenv("FAKE_LT_FREE_DURING", "30", 1);
-    t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0x1000, 0, 0, 0};
+    t_run.opts = (struct fw_replay_opts){replay_calls() - 1, FW_INSERT_SWAP, 0x1000, 0, 0x7000, 0};
     char *stats;
     char *log = replay_with("wc-low-during", t_wc, &stats);
     t_run.opts = (struct fw_replay_opts){-1, FW_INSERT_NONE, 0, 0, 0, 0};
     unsetenv("FAKE_MEM_FREE_LOW_MB");
     unsetenv("FAKE_MEM_LOW_AFTER");
     unsetenv("FAKE_LT_FREE_DURING");
-    ck_assert_msg(strstr(stats, "given up with the device low on memory") != NULL, "%s", tail_of(stats));
+    ck_assert_msg(strstr(stats, "given up with the device low on memory; 24 of them given back") != NULL, "%s",
+                  tail_of(stats));
     ck_assert_uint_eq(count_lines_starting(log, "cuMemFreeAsync 7000"), 1); /* the other thread's free came */
+    ck_assert_uint_eq(count_lines_starting(log, "lt_free_hung"), 0);
     ck_assert_uint_eq(count_lines_starting(log, "lt_read_freed "), 0);
+    /* Given back at that free, after the replay's last GEMM, not before. */
+    char *head = lines_before(log, "cudaFree ");
+    const char *last_gemm = NULL;
+    for (const char *p = strstr(head, "\nlt_operands "); p != NULL; p = strstr(p + 1, "\nlt_operands "))
+        last_gemm = p;
+    ck_assert(last_gemm != NULL);
+    ck_assert_uint_eq(count_lines_starting(last_gemm + 1, "cuMemFree_v2 "), 24);
+    ck_assert_uint_eq(count_lines_starting(log, "cuMemFree_v2 "), 24);
+    free(head);
     free(stats);
     free(log);
 }
