@@ -1089,8 +1089,11 @@ static void h3_wc_give_back(void)
     for (;;) {
         __typeof__(h3_wc_doomed[0]) some[32];
         unsigned n = 0;
-        if (!h3_wc_runs_done() || !h3_unsafe_begin())
-            return; /* a GEMM still to issue, or a capture began: given back at a later free */
+        pthread_mutex_lock(&h3_wc.lock);
+        bool none = h3_wc_ndoomed == 0;
+        pthread_mutex_unlock(&h3_wc.lock);
+        if (none || !h3_wc_runs_done() || !h3_unsafe_begin())
+            return; /* nothing, a GEMM still to issue, or a capture began: given back at a later free */
         pthread_mutex_lock(&h3_wc.lock);
         if (atomic_load_explicit(&h3_wc.running, memory_order_acquire) == 0) /* (runs begin only under the lock) */
             while (n < H3_ARRAY_LEN(some) && h3_wc_ndoomed > 0) {
@@ -1248,8 +1251,10 @@ unsigned h3_wcache_release(int device, const void *ctx, bool free_memory)
             i++;
             continue;
         }
-        if (free_memory && d->dst != 0 && release != NULL)
+        if (free_memory && d->dst != 0 && release != NULL) {
             release(d->dst);
+            atomic_fetch_add_explicit(&h3_wc.reaped, 1, memory_order_relaxed);
+        }
         if (free_memory && d->event != NULL && destroy != NULL)
             destroy(d->event);
         h3_wc.bytes -= d->bytes;
@@ -1269,12 +1274,14 @@ void h3_wcache_after_fork_child(void)
 void h3_wcache_print_stats(void (*line)(const char *fmt, ...))
 {
     pthread_mutex_lock(&h3_wc.lock);
-    unsigned n = h3_wc.n;
+    unsigned n = h3_wc.n, doomed = h3_wc_ndoomed;
     size_t bytes = h3_wc.bytes, peak = h3_wc.peak;
     pthread_mutex_unlock(&h3_wc.lock);
     line("weight_cache: %u copies, %.1f MiB of GPU memory (peak %.1f MiB); %lu hits, %lu fills, %lu drops", n,
          (double)bytes / (1 << 20), (double)peak / (1 << 20), atomic_load(&h3_wc.hits), atomic_load(&h3_wc.fills),
          atomic_load(&h3_wc.drops));
+    if (doomed > 0)
+        line("weight_cache: %u copies given up whose memory (in the MiB above) waits for a later free", doomed);
     unsigned long orphaned = atomic_load(&h3_wc.orphaned), reaped = atomic_load(&h3_wc.reaped);
     unsigned long pressed = atomic_load(&h3_wc.pressed);
     if (orphaned + pressed != 0)

@@ -201,7 +201,7 @@ static void fake_lt_free_during(const uint64_t operands[2])
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += 5;
     if (pthread_timedjoin_np(t, NULL, &until) != 0) {
-        fakelog_call("cublasLt", "lt_free_hung", 0, NULL, 0);
+        fakelog_call("cublasLt", "lt_free_hung", 1, operands, 0);
         pthread_detach(t);
         return;
     }
